@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/urfave/cli/v2"
+
+	"github.com/seedctl/seedctl/trainer"
+)
+
+// Check outcomes. Only "fail" makes doctor exit non-zero.
+const (
+	statusOK   = "ok"
+	statusWarn = "WARN"
+	statusFail = "FAIL"
+)
+
+type checkResult struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+	// Value carries the measured figure, when a check measures one.
+	Value float64 `json:"value,omitempty"`
+}
+
+// doctorProbe is what doctor needs from the machine; tests substitute a fake.
+type doctorProbe interface {
+	Runtime() (trainer.RuntimeInfo, error)
+	Matmul(ctx context.Context, n int64, minTime time.Duration, cuda bool) (trainer.MatmulResult, error)
+	LookPath(file string) (string, error)
+	CommandOutput(ctx context.Context, name string, args ...string) (string, error)
+}
+
+type machineProbe struct{}
+
+func (machineProbe) Runtime() (trainer.RuntimeInfo, error) { return trainer.Runtime() }
+func (machineProbe) Matmul(ctx context.Context, n int64, d time.Duration, cuda bool) (trainer.MatmulResult, error) {
+	return trainer.MeasureMatmul(ctx, n, d, cuda)
+}
+func (machineProbe) LookPath(file string) (string, error) { return exec.LookPath(file) }
+func (machineProbe) CommandOutput(ctx context.Context, name string, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+type doctorOptions struct {
+	MatmulSize int64
+	MatmulTime time.Duration
+	// MinCPUGFLOPS is the CPU matmul rate below which training is too slow to
+	// be useful; the reference BLAS measures ~3 here, OpenBLAS ~100.
+	MinCPUGFLOPS float64
+}
+
+func defaultDoctorOptions() doctorOptions {
+	return doctorOptions{MatmulSize: 1024, MatmulTime: time.Second, MinCPUGFLOPS: 20}
+}
+
+func (o doctorOptions) Validate() error {
+	if o.MatmulSize < 16 || o.MatmulSize > 16384 {
+		return fmt.Errorf("--matmul-size %d: want 16..16384", o.MatmulSize)
+	}
+	if o.MatmulTime <= 0 {
+		return fmt.Errorf("--matmul-time %s: want a positive duration", o.MatmulTime)
+	}
+	return nil
+}
+
+const setupFix = "run ./setup.sh from the seedctl checkout (installs libtorch-dev and libopenblas0-pthread, prepares gotch), then rebuild"
+
+// runDoctor runs every check; later checks that depend on libtorch are
+// skipped when libtorch could not be inspected.
+func runDoctor(ctx context.Context, p doctorProbe, o doctorOptions, log zerolog.Logger) []checkResult {
+	var out []checkResult
+	add := func(r checkResult) {
+		out = append(out, r)
+		ev := log.Debug()
+		switch r.Status {
+		case statusWarn:
+			ev = log.Warn()
+		case statusFail:
+			ev = log.Error()
+		}
+		ev.Str("check", r.Name).Str("status", r.Status).Str("fix", r.Fix).Msg(r.Detail)
+	}
+
+	info, err := p.Runtime()
+	if err != nil {
+		add(checkResult{Name: "libtorch", Status: statusFail, Detail: err.Error(), Fix: setupFix})
+	} else {
+		add(checkResult{Name: "libtorch", Status: statusOK,
+			Detail: fmt.Sprintf("%s (from %s) at %s", info.LibtorchVersion, info.VersionSource, info.LibtorchPath)})
+		dev := checkResult{Name: "device", Status: statusOK}
+		if info.CUDAAvailable {
+			dev.Detail = fmt.Sprintf("CUDA (%d device(s) visible to libtorch)", info.CUDADevices)
+		} else {
+			dev.Detail = "CPU (libtorch sees no CUDA device; set LIBTORCH to a CUDA libtorch 2.1 and rerun ./setup.sh for GPUs)"
+		}
+		add(dev)
+
+		blas := checkResult{Name: "blas", Status: statusOK, Detail: string(info.BLAS.Kind)}
+		if info.BLAS.Path != "" {
+			blas.Detail += " (" + info.BLAS.Path + ")"
+		}
+		if info.BLAS.Slow() {
+			blas.Status = statusWarn
+			blas.Detail = "!!! libtorch is using the REFERENCE BLAS (" + info.BLAS.Path + "): CPU training is ~35x slower than with OpenBLAS !!!"
+			blas.Fix = "apt-get install libopenblas0-pthread (or: update-alternatives --config libblas.so.3-x86_64-linux-gnu and pick openblas)"
+		}
+		add(blas)
+
+		mm, err := p.Matmul(ctx, o.MatmulSize, o.MatmulTime, info.CUDAAvailable)
+		switch {
+		case err != nil:
+			add(checkResult{Name: "matmul", Status: statusFail, Detail: err.Error(), Fix: setupFix})
+		default:
+			r := checkResult{Name: "matmul", Status: statusOK, Value: mm.GFLOPS,
+				Detail: fmt.Sprintf("%.1f GFLOP/s fp32 on %s (%d×%d, %d products in %s)",
+					mm.GFLOPS, mm.Device, mm.N, mm.N, mm.Iters, mm.Elapsed.Round(time.Millisecond))}
+			if !info.CUDAAvailable && mm.GFLOPS < o.MinCPUGFLOPS {
+				r.Status = statusWarn
+				r.Fix = fmt.Sprintf("below %.0f GFLOP/s: check the blas line above and that no other job holds the CPU", o.MinCPUGFLOPS)
+			}
+			add(r)
+		}
+	}
+
+	if path, err := p.LookPath("just"); err != nil {
+		add(checkResult{Name: "just", Status: statusFail, Detail: "not found on PATH (the README's commands and the justfile need it)",
+			Fix: "npm install -g rust-just (./setup.sh does this)"})
+	} else {
+		v, err := p.CommandOutput(ctx, path, "--version")
+		if err != nil {
+			add(checkResult{Name: "just", Status: statusFail, Detail: fmt.Sprintf("%s --version failed: %v: %s", path, err, v),
+				Fix: "reinstall: npm install -g rust-just"})
+		} else {
+			add(checkResult{Name: "just", Status: statusOK, Detail: v + " at " + path})
+		}
+	}
+	return out
+}
+
+func printChecks(w io.Writer, rs []checkResult) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Status, r.Name, r.Detail)
+		if r.Fix != "" {
+			fmt.Fprintf(tw, "\t\tfix: %s\n", r.Fix)
+		}
+	}
+	tw.Flush()
+}
+
+func failures(rs []checkResult) []string {
+	var names []string
+	for _, r := range rs {
+		if r.Status == statusFail {
+			names = append(names, r.Name)
+		}
+	}
+	return names
+}
+
+func doctorCommand() *cli.Command {
+	def := defaultDoctorOptions()
+	return &cli.Command{
+		Name:  "doctor",
+		Usage: "check libtorch, the device, BLAS speed and tools; exits non-zero when something required is missing",
+		Flags: []cli.Flag{
+			&cli.Int64Flag{Name: "matmul-size", Value: def.MatmulSize, Usage: "side of the square fp32 matrices multiplied to measure GFLOP/s"},
+			&cli.DurationFlag{Name: "matmul-time", Value: def.MatmulTime, Usage: "how long to measure the matmul rate"},
+			&cli.BoolFlag{Name: "json", Usage: "print the checks as JSON on stdout"},
+		},
+		Action: func(c *cli.Context) error {
+			o := def
+			o.MatmulSize = c.Int64("matmul-size")
+			o.MatmulTime = c.Duration("matmul-time")
+			if err := o.Validate(); err != nil {
+				return cli.Exit("doctor: "+err.Error(), 2)
+			}
+			rs := runDoctor(c.Context, machineProbe{}, o, logger(c))
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rs); err != nil {
+					return fmt.Errorf("doctor: writing JSON: %w", err)
+				}
+			} else {
+				printChecks(c.App.Writer, rs)
+			}
+			if f := failures(rs); len(f) > 0 {
+				return cli.Exit(fmt.Sprintf("doctor: required checks failed: %s (see the fix lines)", strings.Join(f, ", ")), 1)
+			}
+			if errors.Is(c.Context.Err(), context.Canceled) {
+				return cli.Exit("doctor: interrupted", 130)
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,80 @@
+// Command seedctl trains LLM agents with SEED: GRPO plus self-evolving
+// on-policy distillation from hindsight skills the policy writes itself.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/rs/zerolog"
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newApp().RunContext(ctx, os.Args); err != nil {
+		var ec cli.ExitCoder
+		if errors.As(err, &ec) {
+			if msg := ec.Error(); msg != "" {
+				fmt.Fprintln(os.Stderr, "seedctl:", msg)
+			}
+			os.Exit(ec.ExitCode())
+		}
+		fmt.Fprintln(os.Stderr, "seedctl:", err)
+		os.Exit(1)
+	}
+}
+
+// loggerKey is where the app's Before hook stores the configured logger in
+// the cli context's metadata.
+const loggerKey = "logger"
+
+func newApp() *cli.App {
+	return &cli.App{
+		Name:    "seedctl",
+		Usage:   "train LLM agents with SEED (GRPO + self-evolving on-policy distillation)",
+		Version: versionString(),
+		// Errors are printed once, by main, after the logger has had its say.
+		ExitErrHandler:       func(*cli.Context, error) {},
+		EnableBashCompletion: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{
+				Name:    "log-level",
+				Value:   "info",
+				Usage:   "minimum level of log events: trace, debug, info, warn, error",
+				EnvVars: []string{"SEEDCTL_LOG_LEVEL"},
+			},
+			&cli.StringFlag{
+				Name:    "log-format",
+				Value:   "console",
+				Usage:   "console (for people) or json (one event per line, for machines)",
+				EnvVars: []string{"SEEDCTL_LOG_FORMAT"},
+			},
+		},
+		Before: func(c *cli.Context) error {
+			log, err := newLogger(os.Stderr, c.String("log-level"), c.String("log-format"))
+			if err != nil {
+				return cli.Exit(err.Error(), 2)
+			}
+			c.App.Metadata = map[string]any{loggerKey: log}
+			return nil
+		},
+		Commands: []*cli.Command{
+			versionCommand(),
+			doctorCommand(),
+		},
+	}
+}
+
+// logger returns the logger configured by the global flags.
+func logger(c *cli.Context) zerolog.Logger {
+	if l, ok := c.App.Metadata[loggerKey].(zerolog.Logger); ok {
+		return l
+	}
+	return zerolog.Nop()
+}

@@ -1,0 +1,34 @@
+# seedctl recipes. `just` alone lists them.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+version := `git describe --always --dirty 2>/dev/null || echo dev`
+
+# List the recipes
+default:
+    @just --list
+
+# Install Debian packages and just, prepare gotch for this libtorch, build (idempotent)
+setup:
+    ./setup.sh
+
+# Build bin/seedctl
+build:
+    go build -ldflags "-X main.version={{version}}" -o bin/seedctl ./cmd/seedctl
+
+# Run every test (the architecture test included)
+test:
+    go test ./...
+
+# gofmt check, go vet and the architecture test
+lint:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    unformatted="$(gofmt -l $(git ls-files --cached --others --exclude-standard '*.go'))"
+    if [[ -n "$unformatted" ]]; then echo "not gofmt-ed:"; echo "$unformatted"; exit 1; fi
+    go vet ./...
+    go test -count=1 -run 'TestRepositoryFollowsArchitecture|TestCheck' ./internal/archtest/
+
+# Check this machine: libtorch, device, BLAS, matmul GFLOP/s, tools
+doctor: build
+    ./bin/seedctl doctor

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Sets up a Debian 12 machine to build, test and run seedctl. Idempotent: a
+# second run checks what is there and does nothing else (a few seconds).
+#
+#   ./setup.sh                       Debian's CPU libtorch 1.13.1 (the default)
+#   LIBTORCH=/opt/libtorch ./setup.sh  a libtorch 2.1 archive (CUDA if it has it;
+#                                    CUDA_VER=cpu forces CPU), gotch's convention
+#
+# Steps: Debian packages (libtorch-dev, libopenblas0-pthread, build tools),
+# `just` from npm (rust-just), Go modules, gotch prepared for the libtorch
+# found (scripts/prepare-gotch.sh), then a build of every package.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$ROOT"
+START=$(date +%s)
+say() { echo "setup: $*" >&2; }
+die() { echo "setup: error: $*" >&2; exit 1; }
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || die "not root and no sudo: run as root, or install the packages listed in setup.sh by hand"
+  SUDO="sudo"
+fi
+
+# ---- Debian packages ---------------------------------------------------------
+pkgs=(build-essential git ca-certificates)
+if [[ -z "${LIBTORCH:-}" ]]; then
+  # libopenblas0-pthread: without it libtorch runs on the reference BLAS, ~35x slower.
+  pkgs+=(libtorch-dev libopenblas0-pthread)
+fi
+command -v npm >/dev/null || pkgs+=(npm)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  command -v apt-get >/dev/null || die "apt-get not found: seedctl's setup targets Debian 12; install ${missing[*]} by hand"
+  say "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  say "Debian packages present"
+fi
+
+if [[ -z "${LIBTORCH:-}" ]]; then
+  # Another BLAS alternative may have been chosen by hand; make sure libtorch gets OpenBLAS.
+  alt="libblas.so.3-$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)"
+  cur="$(update-alternatives --query "$alt" 2>/dev/null | sed -n 's/^Value: //p')"
+  if [[ -n "$cur" && "$cur" != *openblas* ]]; then
+    ob="$(update-alternatives --query "$alt" | sed -n 's/^Alternative: \(.*openblas.*\)/\1/p' | head -n1)"
+    [[ -n "$ob" ]] && { say "switching $alt from $cur to $ob"; $SUDO update-alternatives --set "$alt" "$ob" >/dev/null; }
+  fi
+fi
+
+# ---- Go ------------------------------------------------------------------------
+if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then
+  export PATH="/usr/local/go/bin:$PATH"
+fi
+command -v go >/dev/null || die "Go 1.26 or newer is needed (https://go.dev/dl); Debian 12's golang package is too old"
+need_go="$(sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod)"
+have_go="$(go env GOVERSION | sed 's/^go//')"
+if [[ "$(printf '%s\n%s\n' "$need_go" "$have_go" | sort -V | head -n1)" != "$need_go" ]]; then
+  # Go 1.21+ fetches the toolchain go.mod asks for from the module proxy by itself.
+  say "Go $have_go is older than go.mod's $need_go; Go will fetch go$need_go from the module proxy"
+fi
+
+# ---- just ----------------------------------------------------------------------
+if ! command -v just >/dev/null; then
+  say "installing just (npm package rust-just)"
+  $SUDO npm install -g --no-fund --no-audit rust-just >/dev/null
+  command -v just >/dev/null || die "npm installed rust-just but 'just' is not on PATH; add $(npm prefix -g)/bin to PATH"
+fi
+say "$(just --version)"
+
+# ---- gotch and Go modules --------------------------------------------------------
+./scripts/prepare-gotch.sh
+say "downloading Go modules"
+go mod download
+if ! go list -deps ./... 2>/dev/null | grep -q .; then
+  die "go list ./... failed after setup; run 'go build ./...' to see why"
+fi
+# The first build compiles gotch's C++ against libtorch (about 2 minutes on 2
+# cores); Go caches it, so later builds take seconds.
+say "building (the first build compiles gotch's C++ wrappers: ~2 minutes)"
+go build ./...
+say "done in $(( $(date +%s) - START ))s; next: 'just test', or 'go run ./cmd/seedctl doctor'"

@@ -1,0 +1,2 @@
+// Package trainer is the only package that uses gotch (libtorch).
+package trainer
