@@ -67,10 +67,17 @@ if [[ "$(printf '%s\n%s\n' "$need_go" "$have_go" | sort -V | head -n1)" != "$nee
 fi
 
 # ---- just ----------------------------------------------------------------------
-if ! command -v just >/dev/null; then
+if ! just --version >/dev/null 2>&1; then
   say "installing just (npm package rust-just)"
   $SUDO npm install -g --no-fund --no-audit rust-just >/dev/null
-  command -v just >/dev/null || die "npm installed rust-just but 'just' is not on PATH; add $(npm prefix -g)/bin to PATH"
+  # rust-just's `just` is a Node wrapper that needs Node 20+ (Debian 12 ships
+  # 18); the native binary it wraps sits in a platform package beside it.
+  native="$(ls "$(npm root -g)"/rust-just/node_modules/rust-just-linux-*/bin/just 2>/dev/null | head -n1 || true)"
+  if [[ -x "$native" ]]; then
+    $SUDO ln -sf "$native" /usr/local/bin/just
+    hash -r
+  fi
+  just --version >/dev/null 2>&1 || die "npm installed rust-just but 'just --version' fails; put the just binary on PATH by hand"
 fi
 say "$(just --version)"
 
