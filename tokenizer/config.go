@@ -1,10 +1,13 @@
 package tokenizer
 
 import (
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/ardanlabs/jinja"
@@ -161,4 +164,65 @@ func (ct *ChatTemplate) Render(msgs []Message, opt ChatOptions) (string, error) 
 		return "", fmt.Errorf("rendering chat template for roles [%s]: %w", strings.Join(roles, " "), err)
 	}
 	return out, nil
+}
+
+// Qwen25ChatTemplate is the chat template Qwen2.5 models ship (with its
+// default system prompt); tiny models use it so prompts look like Qwen's.
+//
+//go:embed templates/qwen2.5.jinja
+var Qwen25ChatTemplate string
+
+// WriteConfigFile writes a tokenizer_config.json for t, in the layout
+// transformers writes for Qwen2 tokenizers, so vLLM and transformers load
+// the folder unchanged. It is written atomically.
+func WriteConfigFile(path string, t *Tokenizer, c *Config) error {
+	added := map[string]any{}
+	for _, a := range t.added {
+		added[strconv.Itoa(a.ID)] = map[string]any{
+			"content": a.Content, "lstrip": a.LStrip, "normalized": a.Normalized,
+			"rstrip": a.RStrip, "single_word": a.SingleWord, "special": a.Special,
+		}
+	}
+	nullable := func(s string) any {
+		if s == "" {
+			return nil
+		}
+		return s
+	}
+	out := map[string]any{
+		"add_bos_token":                false,
+		"add_prefix_space":             false,
+		"added_tokens_decoder":         added,
+		"bos_token":                    nullable(c.BOSToken),
+		"eos_token":                    nullable(c.EOSToken),
+		"pad_token":                    nullable(c.PadToken),
+		"unk_token":                    nil,
+		"clean_up_tokenization_spaces": false,
+		"errors":                       "replace",
+		"model_max_length":             32768,
+		"split_special_tokens":         false,
+		"tokenizer_class":              "Qwen2Tokenizer",
+	}
+	if c.ChatTemplate != "" {
+		out["chat_template"] = c.ChatTemplate
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return writeFileAtomic(path, append(b, '\n'))
+}
+
+// Save writes tokenizer.json and tokenizer_config.json into dir.
+func Save(dir string, t *Tokenizer, c *Config) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("saving tokenizer: %w", err)
+	}
+	if err := t.WriteFile(filepath.Join(dir, "tokenizer.json")); err != nil {
+		return fmt.Errorf("saving tokenizer: %w", err)
+	}
+	if err := WriteConfigFile(filepath.Join(dir, "tokenizer_config.json"), t, c); err != nil {
+		return fmt.Errorf("saving tokenizer: %w", err)
+	}
+	return nil
 }

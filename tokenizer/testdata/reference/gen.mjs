@@ -83,7 +83,7 @@ writeFileSync("qwen3_encode.json", JSON.stringify({
 // ---- chat templates ---------------------------------------------------------
 const templates = {
   "qwen3": tc.chat_template,
-  "qwen2.5": readFileSync("../qwen2.5_chat_template.jinja", "utf8"),
+  "qwen2.5": readFileSync("../../templates/qwen2.5.jinja", "utf8"),
 };
 const convs = {
   "single-user": [{ role: "user", content: "Hello!" }],
