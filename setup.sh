@@ -24,7 +24,9 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 
 # ---- Debian packages ---------------------------------------------------------
-pkgs=(build-essential git ca-certificates)
+# python3-torch (Debian's PyTorch 1.13 on the same libtorch) is the independent
+# reference the model tests and benchmarks compare against.
+pkgs=(build-essential git ca-certificates python3-torch python3-numpy)
 if [[ -z "${LIBTORCH:-}" ]]; then
   # libopenblas0-pthread: without it libtorch runs on the reference BLAS, ~35x slower.
   pkgs+=(libtorch-dev libopenblas0-pthread)

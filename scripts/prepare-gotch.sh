@@ -113,6 +113,14 @@ CXXINC="-I\${SRCDIR} $INC"
   echo 'import "C"'
 } >"$DEST.tmp/libtch/lib.go"
 
+# ---- fixes to gotch itself ------------------------------------------------
+# AtGradSetEnabled reads the C int result through an *int (8 bytes), so the
+# "previous grad mode" it returns is garbage and code that restores it leaves
+# autograd switched off. Convert the value instead.
+GOFILE="$DEST.tmp/libtch/tensor.go"
+grep -q 'return \*(\*int)(unsafe.Pointer(&cretVal))' "$GOFILE" || die "gotch's AtGradSetEnabled changed; review the patch in prepare-gotch.sh"
+sed -i 's/return \*(\*int)(unsafe.Pointer(&cretVal))/return int(cretVal)/' "$GOFILE"
+
 # ---- stub the wrappers this libtorch lacks -------------------------------
 GEN="$DEST.tmp/libtch/torch_api_generated.cpp.h"
 

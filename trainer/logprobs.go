@@ -1,0 +1,142 @@
+package trainer
+
+import (
+	"fmt"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+)
+
+// tokenLogProbsT returns log p(targets) per position as a float32 [B, T]
+// tensor that carries gradients when grad mode is on. Targets < 0 (masked
+// positions) score 0. This is the primitive behind GRPO, rescoring and SFT.
+func (m *Model) tokenLogProbsT(in Input, targets [][]int) *ts.Tensor {
+	b, t, err := in.shape()
+	if err != nil {
+		panic(torchError{err})
+	}
+	if len(targets) != b {
+		panic(torchError{fmt.Errorf("targets: %d rows for %d input rows", len(targets), b)})
+	}
+	flat := make([]int64, 0, b*t)
+	keep := make([]float32, 0, b*t)
+	for i, row := range targets {
+		if len(row) != t {
+			panic(torchError{fmt.Errorf("targets: row %d has %d entries, want %d", i, len(row), t)})
+		}
+		for j, id := range row {
+			if id >= m.cfg.VocabSize {
+				panic(torchError{fmt.Errorf("targets: id %d at row %d position %d is outside the vocabulary (%d)", id, i, j, m.cfg.VocabSize)})
+			}
+			if id < 0 {
+				flat = append(flat, 0)
+				keep = append(keep, 0)
+			} else {
+				flat = append(flat, int64(id))
+				keep = append(keep, 1)
+			}
+		}
+	}
+	logits := m.forward(in, nil)
+	logp := must(logits.LogSoftmax(-1, gotch.Float, true))
+	idx := must(must(must(ts.OfSlice(flat)).View([]int64{int64(b), int64(t), 1}, true)).To(m.device, true))
+	g := must(must(logp.Gather(2, idx, false, true)).SqueezeDim(2, true))
+	drop(idx)
+	k := must(must(must(ts.OfSlice(keep)).View([]int64{int64(b), int64(t)}, true)).To(m.device, true))
+	out := must(g.Mul(k, true))
+	drop(k)
+	return out
+}
+
+// TokenLogProbs scores targets[b][t] at each position of in without
+// gradients, in float32. For next-token scoring pass targets = ids shifted
+// left by one (the last position gets -1).
+func (m *Model) TokenLogProbs(in Input, targets [][]int) (out [][]float32, err error) {
+	defer guard(&err, "scoring tokens")
+	withoutGrad(func() {
+		lp := m.tokenLogProbsT(in, targets)
+		out = rows2D(lp)
+		drop(lp)
+	})
+	return out, nil
+}
+
+// Logits returns float32 logits [B][T][V] without gradients (small models:
+// tests and inspection).
+func (m *Model) Logits(in Input) (out [][][]float32, err error) {
+	defer guard(&err, "computing logits")
+	withoutGrad(func() {
+		l := m.forward(in, nil)
+		f := must(l.Totype(gotch.Float, true))
+		sz := f.MustSize()
+		vals := make([]float32, f.Numel())
+		must0(f.CopyData(vals, f.Numel()))
+		drop(f)
+		b, t, v := int(sz[0]), int(sz[1]), int(sz[2])
+		out = make([][][]float32, b)
+		for i := range out {
+			out[i] = make([][]float32, t)
+			for j := range out[i] {
+				out[i][j] = vals[(i*t+j)*v : (i*t+j+1)*v]
+			}
+		}
+	})
+	return out, nil
+}
+
+func rows2D(x *ts.Tensor) [][]float32 {
+	f := must(must(x.Totype(gotch.Float, false)).To(gotch.CPU, true))
+	defer drop(f)
+	sz := f.MustSize()
+	vals := make([]float32, f.Numel())
+	must0(f.CopyData(vals, f.Numel()))
+	b, t := int(sz[0]), int(sz[1])
+	out := make([][]float32, b)
+	for i := range out {
+		out[i] = vals[i*t : (i+1)*t]
+	}
+	return out
+}
+
+// Greedy extends prompt by up to maxNew argmax tokens, stopping after any
+// id in stop. With useCache it decodes incrementally through a KV cache;
+// without, it recomputes the whole prefix each step (the reference the cache
+// is tested against).
+func (m *Model) Greedy(prompt []int, maxNew int, stop []int, useCache bool) (out []int, err error) {
+	if len(prompt) == 0 {
+		return nil, fmt.Errorf("greedy decoding: empty prompt")
+	}
+	defer guard(&err, "greedy decoding")
+	isStop := map[int]bool{}
+	for _, s := range stop {
+		isStop[s] = true
+	}
+	withoutGrad(func() {
+		var cache *KVCache
+		if useCache {
+			cache = m.NewKVCache()
+			defer cache.Free()
+		}
+		seq := append([]int(nil), prompt...)
+		next := prompt
+		for step := 0; step < maxNew; step++ {
+			in := Input{IDs: [][]int{seq}}
+			if useCache {
+				in = Input{IDs: [][]int{next}}
+			}
+			logits := m.forward(in, cache)
+			t := logits.MustSize()[1]
+			last := must(logits.Narrow(1, t-1, 1, true))
+			am := must(last.Argmax([]int64{-1}, false, true))
+			id := int(am.Int64Values()[0])
+			drop(am)
+			out = append(out, id)
+			seq = append(seq, id)
+			next = []int{id}
+			if isStop[id] {
+				break
+			}
+		}
+	})
+	return out, nil
+}

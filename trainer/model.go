@@ -1,0 +1,569 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/nn"
+	"github.com/sugarme/gotch/ts"
+)
+
+// ModelOptions choose where and in which precision the weights live.
+type ModelOptions struct {
+	// DType of the weights and activations: "float32" (default) or
+	// "bfloat16". Log-probs are always computed in float32.
+	DType string
+	// Device: "cpu" (default) or "cuda" / "cuda:N" when libtorch has CUDA.
+	Device string
+}
+
+// Validate names a bad option.
+func (o ModelOptions) Validate() error {
+	if _, err := o.dtype(); err != nil {
+		return err
+	}
+	_, err := o.device()
+	return err
+}
+
+func (o ModelOptions) dtype() (gotch.DType, error) {
+	switch o.DType {
+	case "", "float32", "fp32":
+		return gotch.Float, nil
+	case "bfloat16", "bf16":
+		return gotch.BFloat16, nil
+	default:
+		return 0, fmt.Errorf("model dtype %q: want float32 or bfloat16", o.DType)
+	}
+}
+
+func (o ModelOptions) device() (gotch.Device, error) {
+	switch o.Device {
+	case "", "cpu":
+		return gotch.CPU, nil
+	case "cuda", "cuda:0":
+		if !gotch.CUDA.IsAvailable() {
+			return gotch.CPU, fmt.Errorf("model device %q: libtorch sees no CUDA device (see seedctl doctor)", o.Device)
+		}
+		return gotch.CudaBuilder(0), nil
+	default:
+		var n uint
+		if _, err := fmt.Sscanf(o.Device, "cuda:%d", &n); err == nil {
+			if !gotch.CUDA.IsAvailable() || int64(n) >= gotch.CUDA.DeviceCount() {
+				return gotch.CPU, fmt.Errorf("model device %q: not available (see seedctl doctor)", o.Device)
+			}
+			return gotch.CudaBuilder(n), nil
+		}
+		return gotch.CPU, fmt.Errorf("model device %q: want cpu, cuda or cuda:N", o.Device)
+	}
+}
+
+// Model is a decoder-only transformer (Qwen2/2.5, Qwen3, Llama 3) whose
+// parameters carry Hugging Face names, so checkpoints map one to one.
+type Model struct {
+	cfg    *ModelConfig
+	arch   Arch
+	vs     *nn.VarStore
+	device gotch.Device
+	dtype  gotch.DType
+
+	embed   *ts.Tensor
+	layers  []block
+	norm    *ts.Tensor
+	lmHead  *ts.Tensor // the embedding itself when tied
+	invFreq *ts.Tensor // float32 [head_dim/2]
+	params  []param    // every stored tensor, in a fixed order
+}
+
+type block struct {
+	inNorm, postNorm             *ts.Tensor
+	q, k, v, o                   *ts.Tensor
+	qb, kb, vb, ob               *ts.Tensor
+	qNorm, kNorm                 *ts.Tensor
+	gate, up, down               *ts.Tensor
+	nHeads, nKV, headDim, hidden int64
+}
+
+type param struct {
+	name  string
+	shape []int64
+	t     *ts.Tensor
+}
+
+// Config is the model's config.json.
+func (m *Model) Config() *ModelConfig { return m.cfg }
+
+// Arch is the model's architecture.
+func (m *Model) Arch() Arch { return m.arch }
+
+// DType names the weight dtype ("float32" or "bfloat16").
+func (m *Model) DType() string {
+	if m.dtype == gotch.BFloat16 {
+		return "bfloat16"
+	}
+	return "float32"
+}
+
+// NumParams counts stored parameters (a tied head counts once).
+func (m *Model) NumParams() int64 {
+	var n int64
+	for _, p := range m.params {
+		n += numel(p.shape)
+	}
+	return n
+}
+
+// paramSpecs lists every parameter of cfg with its Hugging Face name and
+// shape, in the order checkpoints are written.
+func paramSpecs(cfg *ModelConfig) []param {
+	arch, _ := cfg.Arch()
+	h, v, inter := int64(cfg.HiddenSize), int64(cfg.VocabSize), int64(cfg.IntermediateSize)
+	hd := int64(cfg.HeadDimension())
+	qd, kvd := int64(cfg.NumAttentionHeads)*hd, int64(cfg.NumKeyValueHeads)*hd
+	ps := []param{{name: "model.embed_tokens.weight", shape: []int64{v, h}}}
+	for i := 0; i < cfg.NumHiddenLayers; i++ {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		ps = append(ps,
+			param{name: p + "input_layernorm.weight", shape: []int64{h}},
+			param{name: p + "self_attn.q_proj.weight", shape: []int64{qd, h}},
+			param{name: p + "self_attn.k_proj.weight", shape: []int64{kvd, h}},
+			param{name: p + "self_attn.v_proj.weight", shape: []int64{kvd, h}},
+			param{name: p + "self_attn.o_proj.weight", shape: []int64{h, qd}},
+		)
+		if cfg.QKVBias() {
+			ps = append(ps,
+				param{name: p + "self_attn.q_proj.bias", shape: []int64{qd}},
+				param{name: p + "self_attn.k_proj.bias", shape: []int64{kvd}},
+				param{name: p + "self_attn.v_proj.bias", shape: []int64{kvd}},
+			)
+		}
+		if cfg.OBias() {
+			ps = append(ps, param{name: p + "self_attn.o_proj.bias", shape: []int64{h}})
+		}
+		if arch == ArchQwen3 {
+			ps = append(ps,
+				param{name: p + "self_attn.q_norm.weight", shape: []int64{hd}},
+				param{name: p + "self_attn.k_norm.weight", shape: []int64{hd}},
+			)
+		}
+		ps = append(ps,
+			param{name: p + "post_attention_layernorm.weight", shape: []int64{h}},
+			param{name: p + "mlp.gate_proj.weight", shape: []int64{inter, h}},
+			param{name: p + "mlp.up_proj.weight", shape: []int64{inter, h}},
+			param{name: p + "mlp.down_proj.weight", shape: []int64{h, inter}},
+		)
+	}
+	ps = append(ps, param{name: "model.norm.weight", shape: []int64{h}})
+	if !cfg.TieWordEmbeddings {
+		ps = append(ps, param{name: "lm_head.weight", shape: []int64{v, h}})
+	}
+	return ps
+}
+
+// tensorSource yields the initial value of each parameter, already in the
+// model's dtype and on its device.
+type tensorSource func(name string, shape []int64) (*ts.Tensor, error)
+
+// newModel builds a model whose parameters come from src.
+func newModel(cfg *ModelConfig, opt ModelOptions, src tensorSource) (m *Model, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
+	dt, _ := opt.dtype()
+	dev, _ := opt.device()
+	arch, _ := cfg.Arch()
+	defer guard(&err, "building model")
+	m = &Model{cfg: cfg, arch: arch, vs: nn.NewVarStore(dev), device: dev, dtype: dt}
+	byName := map[string]*ts.Tensor{}
+	root := m.vs.Root()
+	for _, p := range paramSpecs(cfg) {
+		t, err := src(p.name, p.shape)
+		if err != nil {
+			return nil, err
+		}
+		got := t.MustSize()
+		if !equalShape(got, p.shape) {
+			return nil, fmt.Errorf("tensor %s has shape %v, config.json implies %v", p.name, got, p.shape)
+		}
+		parts := strings.Split(p.name, ".")
+		path := root
+		for _, part := range parts[:len(parts)-1] {
+			path = path.Sub(part)
+		}
+		added := must(path.Add(parts[len(parts)-1], t, true))
+		byName[p.name] = added
+		m.params = append(m.params, param{name: p.name, shape: p.shape, t: added})
+	}
+	m.embed = byName["model.embed_tokens.weight"]
+	m.norm = byName["model.norm.weight"]
+	m.lmHead = byName["lm_head.weight"]
+	if cfg.TieWordEmbeddings {
+		m.lmHead = m.embed
+	}
+	hd := int64(cfg.HeadDimension())
+	for i := 0; i < cfg.NumHiddenLayers; i++ {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		m.layers = append(m.layers, block{
+			inNorm: byName[p+"input_layernorm.weight"], postNorm: byName[p+"post_attention_layernorm.weight"],
+			q: byName[p+"self_attn.q_proj.weight"], k: byName[p+"self_attn.k_proj.weight"],
+			v: byName[p+"self_attn.v_proj.weight"], o: byName[p+"self_attn.o_proj.weight"],
+			qb: byName[p+"self_attn.q_proj.bias"], kb: byName[p+"self_attn.k_proj.bias"],
+			vb: byName[p+"self_attn.v_proj.bias"], ob: byName[p+"self_attn.o_proj.bias"],
+			qNorm: byName[p+"self_attn.q_norm.weight"], kNorm: byName[p+"self_attn.k_norm.weight"],
+			gate: byName[p+"mlp.gate_proj.weight"], up: byName[p+"mlp.up_proj.weight"], down: byName[p+"mlp.down_proj.weight"],
+			nHeads: int64(cfg.NumAttentionHeads), nKV: int64(cfg.NumKeyValueHeads), headDim: hd, hidden: int64(cfg.HiddenSize),
+		})
+	}
+	inv := ropeInvFreq(cfg)
+	m.invFreq = must(must(ts.OfSlice(inv)).To(dev, true))
+	return m, nil
+}
+
+func equalShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// ropeInvFreq computes RoPE's inverse frequencies as transformers does,
+// including Llama 3's frequency-dependent scaling.
+func ropeInvFreq(cfg *ModelConfig) []float32 {
+	hd := cfg.HeadDimension()
+	inv := make([]float32, hd/2)
+	for i := range inv {
+		// transformers: 1 / base**(arange(0, dim, 2).float() / dim), in float32.
+		exp := float32(2*i) / float32(hd)
+		inv[i] = float32(1.0 / math.Pow(cfg.RopeTheta, float64(exp)))
+	}
+	r := cfg.RopeScaling
+	switch r.Kind() {
+	case "linear":
+		for i := range inv {
+			inv[i] /= float32(r.Factor)
+		}
+	case "llama3":
+		old := float64(r.OriginalMaxPositionEmbeddings)
+		lowWave, highWave := old/r.LowFreqFactor, old/r.HighFreqFactor
+		for i, f := range inv {
+			wave := 2 * math.Pi / float64(f)
+			switch {
+			case wave < highWave:
+				// high frequency: unchanged
+			case wave > lowWave:
+				inv[i] = float32(float64(f) / r.Factor)
+			default:
+				smooth := (old/wave - r.LowFreqFactor) / (r.HighFreqFactor - r.LowFreqFactor)
+				inv[i] = float32((1-smooth)*float64(f)/r.Factor + smooth*float64(f))
+			}
+		}
+	}
+	return inv
+}
+
+// Input is a batch of token rows of equal length T.
+type Input struct {
+	IDs [][]int
+	// Positions are RoPE positions; nil means cache length + 0..T-1 for
+	// every row. Packed rows restart positions at each segment.
+	Positions [][]int
+	// Segments label each token: a token attends (causally) only to earlier
+	// tokens of its own segment. 0 marks padding. nil means one segment (1)
+	// per row.
+	Segments [][]int
+}
+
+func (in Input) shape() (b, t int, err error) {
+	b = len(in.IDs)
+	if b == 0 || len(in.IDs[0]) == 0 {
+		return 0, 0, errors.New("input: empty batch")
+	}
+	t = len(in.IDs[0])
+	for i, row := range in.IDs {
+		if len(row) != t {
+			return 0, 0, fmt.Errorf("input: row %d has %d tokens, row 0 has %d (pad rows to one length)", i, len(row), t)
+		}
+	}
+	for name, rows := range map[string][][]int{"Positions": in.Positions, "Segments": in.Segments} {
+		if rows == nil {
+			continue
+		}
+		if len(rows) != b {
+			return 0, 0, fmt.Errorf("input: %s has %d rows, IDs has %d", name, len(rows), b)
+		}
+		for i, row := range rows {
+			if len(row) != t {
+				return 0, 0, fmt.Errorf("input: %s row %d has %d entries, want %d", name, i, len(row), t)
+			}
+		}
+	}
+	return b, t, nil
+}
+
+// KVCache holds keys and values of earlier tokens for incremental decoding.
+// One cache serves one batch whose rows advance together.
+type KVCache struct {
+	k, v []*ts.Tensor // per layer [B, nKV, S, headDim]
+	segs [][]int      // [B][S]
+	n    int          // S
+}
+
+// NewKVCache returns an empty cache for m.
+func (m *Model) NewKVCache() *KVCache {
+	return &KVCache{k: make([]*ts.Tensor, len(m.layers)), v: make([]*ts.Tensor, len(m.layers))}
+}
+
+// Len is the number of cached positions.
+func (c *KVCache) Len() int { return c.n }
+
+// Free releases the cached tensors.
+func (c *KVCache) Free() {
+	for i := range c.k {
+		drop(c.k[i], c.v[i])
+		c.k[i], c.v[i] = nil, nil
+	}
+	c.segs, c.n = nil, 0
+}
+
+// forward runs the decoder and returns logits [B, T, V] in the model dtype.
+// It panics with torchError on libtorch failures; callers guard.
+func (m *Model) forward(in Input, cache *KVCache) *ts.Tensor {
+	b, t, err := in.shape()
+	if err != nil {
+		panic(torchError{err})
+	}
+	past := 0
+	if cache != nil {
+		past = cache.n
+		if past > 0 && len(cache.segs) != b {
+			panic(torchError{fmt.Errorf("input: batch of %d rows for a cache of %d rows", b, len(cache.segs))})
+		}
+	}
+	vocab := m.cfg.VocabSize
+	flat := make([]int64, 0, b*t)
+	for i, row := range in.IDs {
+		for j, id := range row {
+			if id < 0 || id >= vocab {
+				panic(torchError{fmt.Errorf("input: token id %d at row %d position %d is outside the vocabulary (%d)", id, i, j, vocab)})
+			}
+			flat = append(flat, int64(id))
+		}
+	}
+	segs := in.Segments
+	if segs == nil {
+		segs = make([][]int, b)
+		for i := range segs {
+			segs[i] = make([]int, t)
+			for j := range segs[i] {
+				segs[i][j] = 1
+			}
+		}
+	}
+	pos := make([]float32, 0, b*t)
+	for i := 0; i < b; i++ {
+		for j := 0; j < t; j++ {
+			if in.Positions != nil {
+				pos = append(pos, float32(in.Positions[i][j]))
+			} else {
+				pos = append(pos, float32(past+j))
+			}
+		}
+	}
+	keySegs := segs
+	if cache != nil && past > 0 {
+		keySegs = make([][]int, b)
+		for i := range keySegs {
+			keySegs[i] = append(append([]int(nil), cache.segs[i]...), segs[i]...)
+		}
+	}
+	mask := m.attentionMask(segs, keySegs, past)
+	defer drop(mask)
+
+	ids := must(must(ts.OfSlice(flat)).View([]int64{int64(b), int64(t)}, true))
+	ids = must(ids.To(m.device, true))
+	cos, sin := m.rope(pos, int64(b), int64(t))
+	defer drop(cos, sin)
+
+	x := must(ts.Embedding(m.embed, ids, -1, false, false))
+	drop(ids)
+	for li := range m.layers {
+		x = m.layers[li].forward(x, cos, sin, mask, cache, li, m.cfg.RMSNormEps)
+	}
+	hN := rmsNorm(x, m.norm, m.cfg.RMSNormEps)
+	drop(x)
+	logits := linear(hN, m.lmHead, nil)
+	drop(hN)
+	if cache != nil {
+		if past == 0 {
+			cache.segs = make([][]int, b)
+		}
+		for i := range segs {
+			cache.segs[i] = append(cache.segs[i], segs[i]...)
+		}
+		cache.n += t
+	}
+	return logits
+}
+
+// attentionMask is the additive mask [B, 1, T, past+T] in float32: 0 where
+// query i may see key j (same non-zero segment, j not after i), the float32
+// minimum elsewhere. Every query may see itself, so padded rows stay finite.
+func (m *Model) attentionMask(qSegs, kSegs [][]int, past int) *ts.Tensor {
+	b, t, s := len(qSegs), len(qSegs[0]), len(kSegs[0])
+	vals := make([]float32, b*t*s)
+	neg := float32(-math.MaxFloat32)
+	for bi := 0; bi < b; bi++ {
+		for i := 0; i < t; i++ {
+			qi := past + i
+			row := vals[(bi*t+i)*s : (bi*t+i+1)*s]
+			for j := 0; j < s; j++ {
+				ok := j == qi || (j < qi && qSegs[bi][i] != 0 && kSegs[bi][j] == qSegs[bi][i])
+				if !ok {
+					row[j] = neg
+				}
+			}
+		}
+	}
+	mask := must(must(ts.OfSlice(vals)).View([]int64{int64(b), 1, int64(t), int64(s)}, true))
+	return must(mask.To(m.device, true))
+}
+
+// rope returns cos and sin [B, 1, T, headDim] in the model dtype.
+func (m *Model) rope(pos []float32, b, t int64) (cos, sin *ts.Tensor) {
+	p := must(must(ts.OfSlice(pos)).View([]int64{b, t, 1}, true))
+	p = must(p.To(m.device, true))
+	half := m.invFreq.MustSize()[0]
+	inv := must(m.invFreq.View([]int64{1, 1, half}, false))
+	freqs := must(p.Mul(inv, true))
+	drop(inv)
+	emb := must(ts.Cat([]*ts.Tensor{freqs, freqs}, -1))
+	drop(freqs)
+	emb = must(emb.Unsqueeze(1, true))
+	cos = must(must(emb.Cos(false)).Totype(m.dtype, true))
+	sin = must(must(emb.Sin(false)).Totype(m.dtype, true))
+	drop(emb)
+	return cos, sin
+}
+
+// rmsNorm follows transformers: normalise in float32, cast back, scale.
+func rmsNorm(x, w *ts.Tensor, eps float64) *ts.Tensor {
+	dt := x.DType()
+	xf := must(x.Totype(gotch.Float, false))
+	v := must(must(xf.Square(false)).MeanDim([]int64{-1}, true, gotch.Float, true))
+	r := must(must(v.AddScalar(ts.FloatScalar(eps), true)).Rsqrt(true))
+	n := must(must(xf.Mul(r, true)).Totype(dt, true))
+	drop(r)
+	return must(n.Mul(w, true))
+}
+
+func rotateHalf(x *ts.Tensor, hd int64) *ts.Tensor {
+	x1 := must(x.Narrow(-1, 0, hd/2, false))
+	x2 := must(x.Narrow(-1, hd/2, hd/2, false))
+	nx2 := must(x2.Neg(true))
+	out := must(ts.Cat([]*ts.Tensor{nx2, x1}, -1))
+	drop(x1, nx2)
+	return out
+}
+
+func applyRope(x, cos, sin *ts.Tensor, hd int64) *ts.Tensor {
+	rh := rotateHalf(x, hd)
+	a := must(x.Mul(cos, false))
+	bb := must(rh.Mul(sin, true))
+	out := must(a.Add(bb, true))
+	drop(bb)
+	return out
+}
+
+// repeatKV expands [B, nKV, S, hd] to [B, nKV*rep, S, hd]: head h uses kv
+// head h / rep, as transformers' repeat_kv.
+func repeatKV(x *ts.Tensor, rep int64) *ts.Tensor {
+	if rep == 1 {
+		return x
+	}
+	s := x.MustSize()
+	e := must(x.Unsqueeze(2, false))
+	e = must(e.Expand([]int64{s[0], s[1], rep, s[2], s[3]}, false, true))
+	return must(e.Reshape([]int64{s[0], s[1] * rep, s[2], s[3]}, true))
+}
+
+// forward runs one decoder layer; x is consumed.
+func (l *block) forward(x, cos, sin, mask *ts.Tensor, cache *KVCache, li int, eps float64) *ts.Tensor {
+	sz := x.MustSize()
+	b, t := sz[0], sz[1]
+	h := rmsNorm(x, l.inNorm, eps)
+
+	q := must(linear(h, l.q, l.qb).View([]int64{b, t, l.nHeads, l.headDim}, true))
+	k := must(linear(h, l.k, l.kb).View([]int64{b, t, l.nKV, l.headDim}, true))
+	v := must(linear(h, l.v, l.vb).View([]int64{b, t, l.nKV, l.headDim}, true))
+	drop(h)
+	if l.qNorm != nil { // Qwen3 normalises each head before RoPE
+		q = swapDrop(q, rmsNorm(q, l.qNorm, eps))
+		k = swapDrop(k, rmsNorm(k, l.kNorm, eps))
+	}
+	q = must(q.Transpose(1, 2, true))
+	k = must(k.Transpose(1, 2, true))
+	v = must(v.Transpose(1, 2, true))
+	q = swapDrop(q, applyRope(q, cos, sin, l.headDim))
+	k = swapDrop(k, applyRope(k, cos, sin, l.headDim))
+
+	if cache != nil {
+		if cache.k[li] != nil {
+			nk := must(ts.Cat([]*ts.Tensor{cache.k[li], k}, 2))
+			nv := must(ts.Cat([]*ts.Tensor{cache.v[li], v}, 2))
+			drop(cache.k[li], cache.v[li], k, v)
+			k, v = nk, nv
+		}
+		// The cache keeps its own references; detached so a cache never
+		// holds an autograd graph alive.
+		cache.k[li] = must(k.Detach(false))
+		cache.v[li] = must(v.Detach(false))
+	}
+	rep := l.nHeads / l.nKV
+	kr, vr := repeatKV(k, rep), repeatKV(v, rep)
+
+	scale := ts.FloatScalar(1 / math.Sqrt(float64(l.headDim)))
+	kt := must(kr.Transpose(2, 3, false))
+	scores := must(must(q.Matmul(kt, true)).MulScalar(scale, true))
+	drop(kt)
+	scoresF := must(must(scores.Totype(gotch.Float, true)).Add(mask, true))
+	probs := must(must(scoresF.Softmax(-1, gotch.Float, true)).Totype(x.DType(), true))
+	attn := must(probs.Matmul(vr, true))
+	if kr != k {
+		drop(kr, vr)
+	}
+	drop(k, v)
+	attn = must(must(attn.Transpose(1, 2, true)).Reshape([]int64{b, t, l.nHeads * l.headDim}, true))
+	o := linear(attn, l.o, l.ob)
+	drop(attn)
+	x = must(x.Add(o, true))
+	drop(o)
+
+	h2 := rmsNorm(x, l.postNorm, eps)
+	g := must(linear(h2, l.gate, nil).Silu(true))
+	u := linear(h2, l.up, nil)
+	drop(h2)
+	gu := must(g.Mul(u, true))
+	drop(u)
+	d := linear(gu, l.down, nil)
+	drop(gu)
+	out := must(x.Add(d, true))
+	drop(d)
+	return out
+}
+
+// swapDrop frees old and returns updated.
+func swapDrop(old, updated *ts.Tensor) *ts.Tensor {
+	drop(old)
+	return updated
+}
