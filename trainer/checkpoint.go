@@ -263,7 +263,10 @@ func (m *Model) Save(dir string, opt SaveOptions) (err error) {
 	if err != nil {
 		return fmt.Errorf("saving checkpoint %s: %w", dir, err)
 	}
-	defer os.RemoveAll(tmp) // a no-op once renamed
+	defer os.RemoveAll(tmp)                      // a no-op once renamed
+	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp makes it private
+		return fmt.Errorf("saving checkpoint %s: %w", dir, err)
+	}
 	if err := m.writeInto(tmp, st, torchName, maxShard, opt); err != nil {
 		return fmt.Errorf("saving checkpoint %s: %w", dir, err)
 	}

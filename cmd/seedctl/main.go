@@ -67,6 +67,7 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{
 			versionCommand(),
 			doctorCommand(),
+			modelCommand(),
 		},
 	}
 }

@@ -1,0 +1,369 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/seedctl/seedctl/tokenizer"
+	"github.com/seedctl/seedctl/trainer"
+)
+
+// modelSize presets for `model init`.
+type modelSize struct {
+	hidden, inter, layers, heads, kv int
+}
+
+var modelSizes = map[string]modelSize{
+	"tiny":  {hidden: 64, inter: 176, layers: 2, heads: 4, kv: 2},
+	"small": {hidden: 256, inter: 704, layers: 4, heads: 8, kv: 2},
+	"base":  {hidden: 512, inter: 1408, layers: 8, heads: 8, kv: 4},
+}
+
+var archClassNames = map[string]string{
+	"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM",
+}
+
+func modelCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "model",
+		Usage: "create and inspect Hugging Face checkpoints",
+		Subcommands: []*cli.Command{
+			modelInitCommand(),
+			modelInspectCommand(),
+		},
+	}
+}
+
+func modelInitCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "init",
+		Usage:     "write a randomly initialised checkpoint of a given architecture and size",
+		ArgsUsage: " ",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "out", Required: true, Usage: "checkpoint folder to write (replaced atomically if it exists)"},
+			&cli.StringFlag{Name: "arch", Value: "qwen2", Usage: "qwen2 (Qwen2/2.5), qwen3 or llama (Llama 3)"},
+			&cli.StringFlag{Name: "size", Value: "tiny", Usage: "preset: tiny, small or base (see --hidden etc. to override)"},
+			&cli.IntFlag{Name: "hidden", Usage: "hidden size (overrides the preset)"},
+			&cli.IntFlag{Name: "intermediate", Usage: "MLP size (overrides the preset)"},
+			&cli.IntFlag{Name: "layers", Usage: "decoder layers (overrides the preset)"},
+			&cli.IntFlag{Name: "heads", Usage: "attention heads (overrides the preset)"},
+			&cli.IntFlag{Name: "kv-heads", Usage: "key/value heads, for grouped-query attention (overrides the preset)"},
+			&cli.StringFlag{Name: "tokenizer", Usage: "folder with tokenizer.json (and tokenizer_config.json) to use as is"},
+			&cli.StringFlag{Name: "corpus", Usage: "text file to train a byte-level BPE tokenizer on (one document per line)"},
+			&cli.IntFlag{Name: "vocab-size", Value: 2048, Usage: "learned vocabulary size when training a tokenizer"},
+			&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "stored dtype: float32, bfloat16 or float16"},
+			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "initialisation seed (same seed, same weights)"},
+			&cli.BoolFlag{Name: "untied", Usage: "separate lm_head instead of tying it to the embeddings"},
+		},
+		Action: func(c *cli.Context) error {
+			log := logger(c)
+			if (c.String("tokenizer") == "") == (c.String("corpus") == "") {
+				return cli.Exit("model init: give exactly one of --tokenizer DIR or --corpus FILE", 2)
+			}
+			tok, tcfg, err := initTokenizer(c.String("tokenizer"), c.String("corpus"), c.Int("vocab-size"))
+			if err != nil {
+				return cli.Exit("model init: "+err.Error(), 1)
+			}
+			cfg, err := initConfig(c, tok, tcfg)
+			if err != nil {
+				return cli.Exit("model init: "+err.Error(), 2)
+			}
+			m, err := trainer.InitRandom(cfg, trainer.ModelOptions{}, c.Uint64("seed"))
+			if err != nil {
+				return cli.Exit("model init: "+err.Error(), 1)
+			}
+			out := c.String("out")
+			save := trainer.SaveOptions{DType: c.String("dtype")}
+			if dir := c.String("tokenizer"); dir != "" {
+				// Given tokenizer files are copied verbatim; only a missing
+				// chat template is added.
+				save.TokenizerFrom = dir
+				if tcfg.ChatTemplate == tokenizer.Qwen25ChatTemplate {
+					save.WriteExtra = func(tmp string) error {
+						return tokenizer.WriteConfigFile(filepath.Join(tmp, "tokenizer_config.json"), tok, tcfg)
+					}
+				}
+			} else {
+				save.WriteExtra = func(tmp string) error { return tokenizer.Save(tmp, tok, tcfg) }
+			}
+			err = m.Save(out, save)
+			if err != nil {
+				return cli.Exit("model init: "+err.Error(), 1)
+			}
+			log.Info().Str("out", out).Str("arch", cfg.Architectures[0]).Int64("params", m.NumParams()).
+				Int("vocab", cfg.VocabSize).Msg("wrote checkpoint")
+			fmt.Fprintf(c.App.Writer, "wrote %s: %s, %s parameters, vocabulary %d\n", out, cfg.Architectures[0], humanCount(m.NumParams()), cfg.VocabSize)
+			return nil
+		},
+	}
+}
+
+func initTokenizer(dir, corpus string, vocab int) (*tokenizer.Tokenizer, *tokenizer.Config, error) {
+	if dir != "" {
+		tok, cfg, err := tokenizer.Load(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		if cfg.ChatTemplate == "" {
+			cfg.ChatTemplate = tokenizer.Qwen25ChatTemplate
+		}
+		return tok, cfg, nil
+	}
+	f, err := os.Open(corpus)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading --corpus: %w", err)
+	}
+	defer f.Close()
+	var texts []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		if line := strings.ReplaceAll(sc.Text(), `\n`, "\n"); strings.TrimSpace(line) != "" {
+			texts = append(texts, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, nil, fmt.Errorf("reading --corpus %s: %w", corpus, err)
+	}
+	tc := tokenizer.DefaultTrainConfig()
+	tc.VocabSize = vocab
+	tok, err := tokenizer.TrainBPE(texts, tc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("training a tokenizer on %s: %w", corpus, err)
+	}
+	return tok, &tokenizer.Config{EOSToken: "<|im_end|>", PadToken: "<|endoftext|>", ChatTemplate: tokenizer.Qwen25ChatTemplate}, nil
+}
+
+func initConfig(c *cli.Context, tok *tokenizer.Tokenizer, tcfg *tokenizer.Config) (*trainer.ModelConfig, error) {
+	arch := c.String("arch")
+	class, ok := archClassNames[arch]
+	if !ok {
+		return nil, fmt.Errorf("--arch %q: want qwen2, qwen3 or llama", arch)
+	}
+	size, ok := modelSizes[c.String("size")]
+	if !ok {
+		return nil, fmt.Errorf("--size %q: want tiny, small or base", c.String("size"))
+	}
+	for flag, dst := range map[string]*int{"hidden": &size.hidden, "intermediate": &size.inter, "layers": &size.layers, "heads": &size.heads, "kv-heads": &size.kv} {
+		if c.IsSet(flag) {
+			*dst = c.Int(flag)
+		}
+	}
+	cfg := &trainer.ModelConfig{
+		Architectures: []string{class}, ModelType: arch,
+		VocabSize: tok.VocabSize(), HiddenSize: size.hidden, IntermediateSize: size.inter,
+		NumHiddenLayers: size.layers, NumAttentionHeads: size.heads, NumKeyValueHeads: size.kv,
+		MaxPositionEmbeddings: 4096, RMSNormEps: 1e-6, RopeTheta: 1e6, HiddenAct: "silu",
+		InitializerRange: 0.02, TieWordEmbeddings: !c.Bool("untied"),
+	}
+	if arch == "qwen3" {
+		f := false
+		cfg.AttentionBias = &f
+		if size.heads > 0 {
+			cfg.HeadDim = size.hidden / size.heads
+		}
+	}
+	if arch == "llama" {
+		f := false
+		cfg.AttentionBias = &f
+		cfg.RopeTheta = 500000
+	}
+	if id, ok := tok.TokenID("<|endoftext|>"); ok {
+		cfg.BOSTokenID = &id
+	}
+	if id, ok := tok.TokenID(tcfg.EOSToken); ok {
+		cfg.EOSTokenID = float64(id)
+	}
+	return cfg, cfg.Validate()
+}
+
+func modelInspectCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "inspect",
+		Usage:     "describe a checkpoint: architecture, parameters, dtypes, tokenizer, chat template",
+		ArgsUsage: "DIR",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print the description as JSON"},
+			&cli.BoolFlag{Name: "tensors", Usage: "list every tensor"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return cli.Exit("model inspect: give one checkpoint folder", 2)
+			}
+			rep, err := inspectModel(c.Args().First())
+			if err != nil {
+				return cli.Exit("model inspect: "+err.Error(), 1)
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			printInspect(c.App.Writer, rep, c.Bool("tensors"))
+			return nil
+		},
+	}
+}
+
+type inspectReport struct {
+	Dir          string                 `json:"dir"`
+	Arch         string                 `json:"arch"`
+	Class        []string               `json:"architectures"`
+	Layers       int                    `json:"layers"`
+	Hidden       int                    `json:"hidden_size"`
+	Intermediate int                    `json:"intermediate_size"`
+	Heads        int                    `json:"attention_heads"`
+	KVHeads      int                    `json:"kv_heads"`
+	HeadDim      int                    `json:"head_dim"`
+	Vocab        int                    `json:"vocab_size"`
+	Tied         bool                   `json:"tie_word_embeddings"`
+	RopeTheta    float64                `json:"rope_theta"`
+	RopeScaling  string                 `json:"rope_scaling,omitempty"`
+	Params       int64                  `json:"parameters"`
+	DTypes       map[string]int64       `json:"parameters_by_dtype"`
+	Files        []string               `json:"weight_files"`
+	Bytes        int64                  `json:"weight_bytes"`
+	Tensors      []trainer.TensorInfo   `json:"tensors"`
+	Tokenizer    *inspectTokenizer      `json:"tokenizer,omitempty"`
+	Problems     []string               `json:"problems,omitempty"`
+	Extra        map[string]interface{} `json:"-"`
+}
+
+type inspectTokenizer struct {
+	VocabSize      int      `json:"vocab_size"`
+	Special        []string `json:"special_tokens"`
+	EOS            string   `json:"eos_token"`
+	Pad            string   `json:"pad_token"`
+	ChatTemplate   bool     `json:"chat_template"`
+	TemplateSample string   `json:"template_sample,omitempty"`
+}
+
+func inspectModel(dir string) (*inspectReport, error) {
+	info, err := trainer.InspectCheckpoint(dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg := info.Config
+	rep := &inspectReport{
+		Dir: dir, Arch: string(info.Arch), Class: cfg.Architectures, Layers: cfg.NumHiddenLayers,
+		Hidden: cfg.HiddenSize, Intermediate: cfg.IntermediateSize, Heads: cfg.NumAttentionHeads,
+		KVHeads: cfg.NumKeyValueHeads, HeadDim: cfg.HeadDimension(), Vocab: cfg.VocabSize,
+		Tied: cfg.TieWordEmbeddings, RopeTheta: cfg.RopeTheta, Params: info.Params, DTypes: info.DTypes,
+		Files: info.Files, Bytes: info.TotalBytes, Tensors: info.Tensors,
+	}
+	if cfg.RopeScaling != nil {
+		rep.RopeScaling = cfg.RopeScaling.Kind()
+	}
+	if want := cfg.ParamCount(); want != info.Params {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("config.json implies %d parameters, the weights hold %d", want, info.Params))
+	}
+	tok, tcfg, err := tokenizer.Load(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		rep.Problems = append(rep.Problems, "no tokenizer.json")
+	case err != nil:
+		rep.Problems = append(rep.Problems, "tokenizer: "+err.Error())
+	default:
+		ti := &inspectTokenizer{VocabSize: tok.VocabSize(), EOS: tcfg.EOSToken, Pad: tcfg.PadToken, ChatTemplate: tcfg.ChatTemplate != ""}
+		for _, a := range tok.AddedTokens() {
+			if a.Special {
+				ti.Special = append(ti.Special, a.Content)
+			}
+		}
+		if tok.VocabSize() > cfg.VocabSize {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("tokenizer has %d tokens, the model's vocab_size is %d", tok.VocabSize(), cfg.VocabSize))
+		}
+		if ct, err := tcfg.CompileChatTemplate(); err == nil {
+			s, err := ct.Render([]tokenizer.Message{{Role: "user", Content: "Your task is to: put a mug in the fridge."}}, tokenizer.ChatOptions{AddGenerationPrompt: true})
+			if err != nil {
+				rep.Problems = append(rep.Problems, "chat template: "+err.Error())
+			}
+			ti.TemplateSample = s
+		} else if !errors.Is(err, tokenizer.ErrNoChatTemplate) {
+			rep.Problems = append(rep.Problems, "chat template: "+err.Error())
+		}
+		rep.Tokenizer = ti
+	}
+	return rep, nil
+}
+
+func printInspect(w io.Writer, r *inspectReport, tensors bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "checkpoint\t%s\n", r.Dir)
+	fmt.Fprintf(tw, "architecture\t%s (%s)\n", strings.Join(r.Class, ","), r.Arch)
+	fmt.Fprintf(tw, "shape\t%d layers, hidden %d, MLP %d, %d heads / %d kv heads of %d, vocab %d, tied head %v\n",
+		r.Layers, r.Hidden, r.Intermediate, r.Heads, r.KVHeads, r.HeadDim, r.Vocab, r.Tied)
+	rope := fmt.Sprintf("theta %g", r.RopeTheta)
+	if r.RopeScaling != "" {
+		rope += ", scaling " + r.RopeScaling
+	}
+	fmt.Fprintf(tw, "rope\t%s\n", rope)
+	var dts []string
+	for _, k := range sortedMapKeys(r.DTypes) {
+		dts = append(dts, fmt.Sprintf("%s %s", k, humanCount(r.DTypes[k])))
+	}
+	fmt.Fprintf(tw, "parameters\t%s (%s)\n", humanCount(r.Params), strings.Join(dts, ", "))
+	fmt.Fprintf(tw, "weights\t%s in %s\n", humanBytes(r.Bytes), strings.Join(r.Files, ", "))
+	if t := r.Tokenizer; t != nil {
+		fmt.Fprintf(tw, "tokenizer\t%d tokens, eos %q, pad %q, special %s\n", t.VocabSize, t.EOS, t.Pad, strings.Join(t.Special, " "))
+		if t.ChatTemplate {
+			fmt.Fprintf(tw, "chat template\tyes; a user turn renders as %q\n", t.TemplateSample)
+		} else {
+			fmt.Fprintf(tw, "chat template\tnone\n")
+		}
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
+	}
+	tw.Flush()
+	if tensors {
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for _, t := range r.Tensors {
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", t.Name, t.DType, t.Shape, filepath.Base(t.File))
+		}
+		tw.Flush()
+	}
+}
+
+func sortedMapKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func humanCount(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1fK", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/seedctl/seedctl/tokenizer"
+	"github.com/seedctl/seedctl/trainer"
+)
+
+func runApp(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	app := newApp()
+	var out bytes.Buffer
+	app.Writer = &out
+	err := app.Run(append([]string{"seedctl", "--log-level", "warn"}, args...))
+	return out.String(), err
+}
+
+func TestModelInitAndInspect(t *testing.T) {
+	dir := t.TempDir()
+	corpus := filepath.Join(dir, "corpus.txt")
+	var lines []string
+	for i := 0; i < 50; i++ {
+		lines = append(lines, "You arrive at cabinet 1. On the cabinet 1, you see a mug 2.", "<|im_start|>user\\ngo to fridge 1<|im_end|>")
+	}
+	if err := os.WriteFile(corpus, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, arch := range []string{"qwen2", "qwen3", "llama"} {
+		out := filepath.Join(dir, arch)
+		if _, err := runApp(t, "model", "init", "--out", out, "--arch", arch, "--corpus", corpus, "--vocab-size", "300", "--layers", "1"); err != nil {
+			t.Fatalf("model init --arch %s: %v", arch, err)
+		}
+		js, err := runApp(t, "model", "inspect", "--json", out)
+		if err != nil {
+			t.Fatalf("model inspect: %v", err)
+		}
+		var rep inspectReport
+		if err := json.Unmarshal([]byte(js), &rep); err != nil {
+			t.Fatalf("inspect JSON: %v\n%s", err, js)
+		}
+		if rep.Arch != arch || rep.Layers != 1 || rep.Tokenizer == nil || !rep.Tokenizer.ChatTemplate || len(rep.Problems) > 0 {
+			t.Errorf("%s: inspect report %+v, tokenizer %+v", arch, rep, rep.Tokenizer)
+		}
+		if rep.Vocab != rep.Tokenizer.VocabSize || rep.DTypes["F32"] != rep.Params {
+			t.Errorf("%s: vocab %d vs tokenizer %d, dtypes %v", arch, rep.Vocab, rep.Tokenizer.VocabSize, rep.DTypes)
+		}
+		// The checkpoint is usable end to end: tokenizer → model → decode.
+		tok, tcfg, err := tokenizer.Load(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := trainer.LoadCheckpoint(out, trainer.ModelOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, _ := tok.Encode("You arrive at")
+		eos, _ := tok.TokenID(tcfg.EOSToken)
+		gen, err := m.Greedy(ids, 5, []int{eos}, true)
+		if err != nil || len(gen) == 0 {
+			t.Fatalf("%s: greedy: %v %v", arch, gen, err)
+		}
+		if _, err := tok.Decode(gen, tokenizer.DecodeOptions{}); err != nil {
+			t.Errorf("%s: decoding generated ids: %v", arch, err)
+		}
+	}
+	text, err := runApp(t, "model", "inspect", filepath.Join(dir, "qwen3"))
+	if err != nil || !strings.Contains(text, "Qwen3ForCausalLM") || !strings.Contains(text, "chat template") {
+		t.Errorf("inspect text: %v\n%s", err, text)
+	}
+}
+
+func TestModelCommandErrors(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"model", "init", "--out", filepath.Join(dir, "x")}, "exactly one of --tokenizer"},
+		{[]string{"model", "init", "--out", filepath.Join(dir, "x"), "--corpus", filepath.Join(dir, "missing.txt")}, "--corpus"},
+		{[]string{"model", "inspect", dir}, "config.json"},
+		{[]string{"model", "inspect"}, "one checkpoint folder"},
+	}
+	for _, tt := range tests {
+		_, err := runApp(t, tt.args...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: err = %v, want it to mention %q", tt.args, err, tt.want)
+		}
+	}
+	corpus := filepath.Join(dir, "c.txt")
+	os.WriteFile(corpus, []byte("hello world\nhello there\n"), 0o644)
+	_, err := runApp(t, "model", "init", "--out", filepath.Join(dir, "y"), "--corpus", corpus, "--arch", "gpt2")
+	if err == nil || !strings.Contains(err.Error(), "--arch") {
+		t.Errorf("bad arch: %v", err)
+	}
+}
