@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -373,4 +374,43 @@ func TestGradModeRestoredAfterNoGrad(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+func TestNLLBackwardMatchesLogProbs(t *testing.T) {
+	m, _ := newTiny(t, ArchLlama, 21)
+	in := testInput()
+	targets := [][]int{{17, 3, 88, 41, 9, 60, -1}, {7, 12, -1, 2, 96, -1, -1}}
+	lp, err := m.TokenLogProbs(in, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, n := 0.0, 0
+	for b := range targets {
+		for j, id := range targets[b] {
+			if id >= 0 {
+				sum += float64(lp[b][j])
+				n++
+			}
+		}
+	}
+	loss, err := m.NLLBackward(in, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(loss-(-sum/float64(n))) > 1e-5 {
+		t.Errorf("NLL %v, want %v", loss, -sum/float64(n))
+	}
+	g := must(m.embed.Grad(false))
+	s := must(must(g.Abs(false)).Sum(gotch.Float, true)).Float64Values()[0]
+	if !(s > 0) {
+		t.Errorf("embedding gradient |sum| = %v after backward", s)
+	}
+	m.ZeroGrad()
+	s = must(must(g.Abs(false)).Sum(gotch.Float, true)).Float64Values()[0]
+	if s != 0 {
+		t.Errorf("gradient not cleared: %v", s)
+	}
+	if _, err := m.NLLBackward(in, [][]int{{-1, -1, -1, -1, -1, -1, -1}, {-1, -1, -1, -1, -1, -1, -1}}); err == nil {
+		t.Error("all-masked targets accepted")
+	}
 }

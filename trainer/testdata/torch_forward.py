@@ -85,27 +85,22 @@ def rot(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def main():
-    dir_ = sys.argv[1]
-    inp = json.load(sys.stdin)
-    cfg, w = load(dir_)
+def logits(cfg, w, ids, pos, seg):
+    """Logits [B, T, V] for ids with RoPE positions pos and segments seg."""
     arch = cfg["architectures"][0]
     L, nh = cfg["num_hidden_layers"], cfg["num_attention_heads"]
     nkv = cfg.get("num_key_value_heads", nh)
     hd = cfg.get("head_dim") or cfg["hidden_size"] // nh
     eps = cfg.get("rms_norm_eps", 1e-6)
     qwen3 = arch == "Qwen3ForCausalLM"
-    ids = torch.tensor(inp["ids"])
     B, T = ids.shape
-    pos = torch.tensor(inp["positions"]).float()
-    seg = torch.tensor(inp["segments"])
     i = torch.arange(T)
     allowed = (i[None, :, None] >= i[None, None, :]) & (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] != 0)
     allowed = allowed | torch.eye(T, dtype=torch.bool)[None]
     mask = torch.zeros(B, 1, T, T)
     mask.masked_fill_(~allowed[:, None], torch.finfo(torch.float32).min)
 
-    freqs = pos[:, :, None] * inv_freq(cfg, hd)[None, None, :]
+    freqs = pos.float()[:, :, None] * inv_freq(cfg, hd)[None, None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos()[:, None], emb.sin()[:, None]
 
@@ -139,8 +134,15 @@ def main():
         x = x + (g * u) @ w[p + "mlp.down_proj.weight"].T
     x = rms(x, w["model.norm.weight"], eps)
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
-    logits = x @ head.T
-    json.dump({"logits": logits.tolist(), "torch": torch.__version__}, sys.stdout)
+    return x @ head.T
+
+
+def main():
+    dir_ = sys.argv[1]
+    inp = json.load(sys.stdin)
+    cfg, w = load(dir_)
+    out = logits(cfg, w, torch.tensor(inp["ids"]), torch.tensor(inp["positions"]), torch.tensor(inp["segments"]))
+    json.dump({"logits": out.tolist(), "torch": torch.__version__}, sys.stdout)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,100 @@
+package trainer
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// benchConfig is a small Qwen2 model (≈3.7M parameters) that fits the CPU.
+func benchConfig() *ModelConfig {
+	c := tinyConfig(ArchQwen2)
+	c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = 2048, 256, 704, 4
+	c.NumAttentionHeads, c.NumKeyValueHeads, c.InitializerRange = 8, 2, 0.02
+	return c
+}
+
+// stepFLOPs is the model FLOPs of one forward+backward token: 6 per matmul
+// parameter (embedding lookups excluded, the LM head included) plus the
+// attention scores and values, 12·L·T·(heads·head_dim) (PaLM's accounting).
+func stepFLOPs(c *ModelConfig, seq int) float64 {
+	matmul := float64(c.ParamCount() - int64(c.VocabSize*c.HiddenSize)) // minus the embedding table
+	matmul += float64(c.VocabSize * c.HiddenSize)                       // plus the (tied) head matmul
+	attn := 12 * float64(c.NumHiddenLayers) * float64(seq) * float64(c.NumAttentionHeads*c.HeadDimension())
+	return 6*matmul + attn
+}
+
+// BenchmarkTrainStep measures forward+backward tokens/s of the trainer, its
+// model-FLOPs utilisation against this machine's measured fp32 matmul peak,
+// and the same step in PyTorch eager (Debian's python3-torch on the same
+// libtorch) side by side.
+//
+//	go test ./trainer -run '^$' -bench TrainStep -benchtime 20x
+func BenchmarkTrainStep(b *testing.B) {
+	const batch, seq = 8, 128
+	cfg := benchConfig()
+	m, err := InitRandom(cfg, ModelOptions{}, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := filepath.Join(b.TempDir(), "bench")
+	if err := m.Save(dir, SaveOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(0, 0))
+	in := Input{IDs: make([][]int, batch)}
+	targets := make([][]int, batch)
+	for i := range in.IDs {
+		in.IDs[i] = make([]int, seq)
+		for j := range in.IDs[i] {
+			in.IDs[i][j] = r.IntN(cfg.VocabSize)
+		}
+		targets[i] = append(append([]int(nil), in.IDs[i][1:]...), in.IDs[i][0])
+	}
+	step := func() {
+		if _, err := m.NLLBackward(in, targets); err != nil {
+			b.Fatal(err)
+		}
+		m.ZeroGrad()
+	}
+	step() // warm-up
+	peak, err := MeasureMatmul(context.Background(), 1024, time.Second, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		step()
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	tokS := float64(b.N*batch*seq) / el.Seconds()
+	gflops := tokS * stepFLOPs(cfg, seq) / 1e9
+	b.ReportMetric(tokS, "tokens/s")
+	b.ReportMetric(gflops, "model-GFLOP/s")
+	b.ReportMetric(100*gflops/peak.GFLOPS, "MFU%")
+	b.ReportMetric(peak.GFLOPS, "peak-GFLOP/s")
+
+	out, err := exec.Command("/usr/bin/python3", "testdata/torch_bench.py", dir,
+		strconv.Itoa(batch), strconv.Itoa(seq), strconv.FormatFloat(max(el.Seconds(), 2), 'f', 2, 64)).Output()
+	if err != nil {
+		b.Logf("PyTorch peer unavailable (install python3-torch via ./setup.sh): %v", err)
+		return
+	}
+	var peer struct {
+		TokensPerS float64 `json:"tokens_per_s"`
+		Threads    int     `json:"threads"`
+	}
+	if err := json.Unmarshal(out, &peer); err != nil {
+		b.Fatalf("torch_bench.py output %q: %v", out, err)
+	}
+	b.ReportMetric(peer.TokensPerS, "torch-tokens/s")
+	b.ReportMetric(tokS/peer.TokensPerS, "go/torch")
+}

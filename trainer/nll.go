@@ -1,0 +1,45 @@
+package trainer
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+)
+
+// NLLBackward computes the mean negative log-likelihood of the unmasked
+// targets (ids >= 0) and accumulates its gradient into the parameters. It is
+// the core of SFT; call ZeroGrad between optimizer steps. A non-finite loss
+// is returned as an error before any gradient is accumulated.
+func (m *Model) NLLBackward(in Input, targets [][]int) (loss float64, err error) {
+	defer guard(&err, "NLL step")
+	n := 0
+	for _, row := range targets {
+		for _, id := range row {
+			if id >= 0 {
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("NLL step: no unmasked target tokens")
+	}
+	lp := m.tokenLogProbsT(in, targets)
+	sum := must(lp.Sum(gotch.Float, true))
+	l := must(sum.MulScalar(ts.FloatScalar(-1/float64(n)), true))
+	defer drop(l)
+	loss = l.Float64Values()[0]
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return loss, fmt.Errorf("NLL step: loss is %v", loss)
+	}
+	must0(l.Backward())
+	return loss, nil
+}
+
+// ZeroGrad clears accumulated gradients.
+func (m *Model) ZeroGrad() {
+	for _, p := range m.params {
+		p.t.ZeroGrad()
+	}
+}
