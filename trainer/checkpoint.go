@@ -353,32 +353,30 @@ func (m *Model) writeInto(tmp, st, torchName string, maxShard int64, opt SaveOpt
 }
 
 func writeShard(path string, tensors []stTensor, meta map[string]string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	if err := writeSafetensors(w, tensors, meta); err != nil {
-		f.Close()
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return writeSynced(path, func(w io.Writer) error {
+		bw := bufio.NewWriterSize(w, 1<<20)
+		if err := writeSafetensors(bw, tensors, meta); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		return bw.Flush()
+	})
 }
 
 func writeFileSync(path string, b []byte) error {
+	return writeSynced(path, func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	})
+}
+
+// writeSynced creates path, lets write fill it and syncs it to disk, so the
+// rename that publishes a checkpoint never exposes a half-written file.
+func writeSynced(path string, write func(io.Writer) error) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(b); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
 		return err
 	}
