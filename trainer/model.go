@@ -390,20 +390,11 @@ func (m *Model) forward(in Input, cache *KVCache) *ts.Tensor {
 	mask := m.attentionMask(segs, keySegs, past)
 	defer drop(mask)
 
-	ids := must(must(ts.OfSlice(flat)).View([]int64{int64(b), int64(t)}, true))
-	ids = must(ids.To(m.device, true))
-	cos, sin := m.rope(pos, int64(b), int64(t))
-	defer drop(cos, sin)
-
-	x := must(ts.Embedding(m.embed, ids, -1, false, false))
-	drop(ids)
-	for li := range m.layers {
-		x = m.layers[li].forward(x, cos, sin, mask, cache, li, m.cfg.RMSNormEps)
+	var kv kvStore
+	if cache != nil {
+		kv = cache
 	}
-	hN := rmsNorm(x, m.norm, m.cfg.RMSNormEps)
-	drop(x)
-	logits := linear(hN, m.lmHead, nil)
-	drop(hN)
+	logits := m.run(flat, pos, int64(b), int64(t), mask, kv)
 	if cache != nil {
 		if past == 0 {
 			cache.segs = make([][]int, b)
@@ -414,6 +405,47 @@ func (m *Model) forward(in Input, cache *KVCache) *ts.Tensor {
 		cache.n += t
 	}
 	return logits
+}
+
+// run embeds ids [B·T], applies the layers with the given mask and kv
+// store, and returns logits [B, T, V].
+func (m *Model) run(flat []int64, pos []float32, b, t int64, mask *ts.Tensor, kv kvStore) *ts.Tensor {
+	ids := must(must(ts.OfSlice(flat)).View([]int64{b, t}, true))
+	ids = must(ids.To(m.device, true))
+	cos, sin := m.rope(pos, b, t)
+	defer drop(cos, sin)
+
+	x := must(ts.Embedding(m.embed, ids, -1, false, false))
+	drop(ids)
+	for li := range m.layers {
+		x = m.layers[li].forward(x, cos, sin, mask, kv, li, m.cfg.RMSNormEps)
+	}
+	hN := rmsNorm(x, m.norm, m.cfg.RMSNormEps)
+	drop(x)
+	logits := linear(hN, m.lmHead, nil)
+	drop(hN)
+	return logits
+}
+
+// kvStore supplies attention with the keys and values of earlier tokens.
+// extend takes ownership of the new k, v [B, nKV, T, hd] and returns the
+// full K, V for attention, which the caller drops after use.
+type kvStore interface {
+	extend(layer int, k, v *ts.Tensor) (K, V *ts.Tensor)
+}
+
+func (c *KVCache) extend(li int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
+	if c.k[li] != nil {
+		nk := must(ts.Cat([]*ts.Tensor{c.k[li], k}, 2))
+		nv := must(ts.Cat([]*ts.Tensor{c.v[li], v}, 2))
+		drop(c.k[li], c.v[li], k, v)
+		k, v = nk, nv
+	}
+	// The cache keeps its own detached handles, so it never holds an
+	// autograd graph alive.
+	c.k[li] = must(k.Detach(false))
+	c.v[li] = must(v.Detach(false))
+	return k, v
 }
 
 // attentionMask is the additive mask [B, 1, T, past+T] in float32: 0 where
@@ -461,7 +493,7 @@ func rmsNorm(x, w *ts.Tensor, eps float64) *ts.Tensor {
 	dt := x.DType()
 	xf := must(x.Totype(gotch.Float, false))
 	v := must(must(xf.Square(false)).MeanDim([]int64{-1}, true, gotch.Float, true))
-	r := must(must(v.AddScalar(ts.FloatScalar(eps), true)).Rsqrt(true))
+	r := must(addScalar(v, eps, true).Rsqrt(true))
 	n := must(must(xf.Mul(r, true)).Totype(dt, true))
 	drop(r)
 	return must(n.Mul(w, true))
@@ -498,7 +530,7 @@ func repeatKV(x *ts.Tensor, rep int64) *ts.Tensor {
 }
 
 // forward runs one decoder layer; x is consumed.
-func (l *block) forward(x, cos, sin, mask *ts.Tensor, cache *KVCache, li int, eps float64) *ts.Tensor {
+func (l *block) forward(x, cos, sin, mask *ts.Tensor, kv kvStore, li int, eps float64) *ts.Tensor {
 	sz := x.MustSize()
 	b, t := sz[0], sz[1]
 	h := rmsNorm(x, l.inNorm, eps)
@@ -517,24 +549,14 @@ func (l *block) forward(x, cos, sin, mask *ts.Tensor, cache *KVCache, li int, ep
 	q = swapDrop(q, applyRope(q, cos, sin, l.headDim))
 	k = swapDrop(k, applyRope(k, cos, sin, l.headDim))
 
-	if cache != nil {
-		if cache.k[li] != nil {
-			nk := must(ts.Cat([]*ts.Tensor{cache.k[li], k}, 2))
-			nv := must(ts.Cat([]*ts.Tensor{cache.v[li], v}, 2))
-			drop(cache.k[li], cache.v[li], k, v)
-			k, v = nk, nv
-		}
-		// The cache keeps its own references; detached so a cache never
-		// holds an autograd graph alive.
-		cache.k[li] = must(k.Detach(false))
-		cache.v[li] = must(v.Detach(false))
+	if kv != nil {
+		k, v = kv.extend(li, k, v)
 	}
 	rep := l.nHeads / l.nKV
 	kr, vr := repeatKV(k, rep), repeatKV(v, rep)
 
-	scale := ts.FloatScalar(1 / math.Sqrt(float64(l.headDim)))
 	kt := must(kr.Transpose(2, 3, false))
-	scores := must(must(q.Matmul(kt, true)).MulScalar(scale, true))
+	scores := mulScalar(must(q.Matmul(kt, true)), 1/math.Sqrt(float64(l.headDim)), true)
 	drop(kt)
 	scoresF := must(must(scores.Totype(gotch.Float, true)).Add(mask, true))
 	probs := must(must(scoresF.Softmax(-1, gotch.Float, true)).Totype(x.DType(), true))

@@ -5,7 +5,6 @@ import (
 	"math"
 
 	"github.com/sugarme/gotch"
-	"github.com/sugarme/gotch/ts"
 )
 
 // NLLBackward computes the mean negative log-likelihood of the unmasked
@@ -27,7 +26,7 @@ func (m *Model) NLLBackward(in Input, targets [][]int) (loss float64, err error)
 	}
 	lp := m.tokenLogProbsT(in, targets)
 	sum := must(lp.Sum(gotch.Float, true))
-	l := must(sum.MulScalar(ts.FloatScalar(-1/float64(n)), true))
+	l := mulScalar(sum, -1/float64(n), true)
 	defer drop(l)
 	loss = l.Float64Values()[0]
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {

@@ -79,3 +79,22 @@ func drop(xs ...*ts.Tensor) {
 		}
 	}
 }
+
+// Scalars handed to libtorch carry a finalizer that frees their C side; Go
+// may run it as soon as the last Go use is passed, even while the C call is
+// still reading the scalar. These helpers keep the scalar alive until the
+// call returns.
+
+func mulScalar(x *ts.Tensor, v float64, del bool) *ts.Tensor {
+	s := ts.FloatScalar(v)
+	out := must(x.MulScalar(s, del))
+	runtime.KeepAlive(s)
+	return out
+}
+
+func addScalar(x *ts.Tensor, v float64, del bool) *ts.Tensor {
+	s := ts.FloatScalar(v)
+	out := must(x.AddScalar(s, del))
+	runtime.KeepAlive(s)
+	return out
+}
