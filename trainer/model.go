@@ -589,3 +589,15 @@ func swapDrop(old, updated *ts.Tensor) *ts.Tensor {
 	drop(old)
 	return updated
 }
+
+// Close frees the model's tensors now rather than at garbage collection.
+// The model must not be used afterwards.
+func (m *Model) Close() {
+	if m.vs == nil {
+		return
+	}
+	m.vs.Destroy()
+	drop(m.invFreq)
+	m.vs, m.invFreq, m.params, m.layers = nil, nil, nil, nil
+	m.embed, m.norm, m.lmHead = nil, nil, nil
+}

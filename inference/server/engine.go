@@ -1,0 +1,653 @@
+// Package server is seedctl's embedded OpenAI-compatible inference server
+// over the trainer's model: vLLM-shaped /v1/completions and
+// /v1/chat/completions, SGLang's /update_weights_from_disk, continuous
+// batching with per-sequence KV caches and prefix reuse. It runs on CPU (or
+// CUDA when libtorch has it) and stands in for vLLM/SGLang in the embedded
+// default and in tests.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/tokenizer"
+	"github.com/seedctl/seedctl/trainer"
+)
+
+// Config configures the engine and its HTTP server.
+type Config struct {
+	ModelDir  string // Hugging Face checkpoint folder
+	ModelName string // served model id; the folder's base name by default
+	Version   string // weight version of the initial checkpoint
+	DType     string // "float32" (default) or "bfloat16"
+	Device    string // "cpu" (default), "cuda"
+	// MaxModelLen bounds prompt + completion tokens; 0 means the checkpoint's
+	// max_position_embeddings capped at 8192.
+	MaxModelLen int
+	// MaxBatch bounds sequences decoded together.
+	MaxBatch int
+	// MaxPrefills bounds new sequences admitted per engine step, so decoding
+	// sequences are not starved by a burst of arrivals.
+	MaxPrefills int
+	// PrefixCacheEntries finished sequences are kept so later prompts that
+	// extend them skip recomputing the shared prefix; 0 disables.
+	PrefixCacheEntries int
+	// MinPrefixReuse is the shortest shared prefix worth reusing.
+	MinPrefixReuse int
+	// APIKey, when set, is required as a bearer token on /v1 and admin routes.
+	APIKey string
+}
+
+// DefaultConfig returns the defaults for dir.
+func DefaultConfig(dir string) Config {
+	return Config{ModelDir: dir, MaxBatch: 64, MaxPrefills: 8, PrefixCacheEntries: 64, MinPrefixReuse: 8, Version: "0"}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	if c.ModelDir == "" {
+		return errors.New("server config: ModelDir is empty")
+	}
+	if c.MaxBatch < 1 || c.MaxPrefills < 1 {
+		return fmt.Errorf("server config: MaxBatch %d and MaxPrefills %d must be at least 1", c.MaxBatch, c.MaxPrefills)
+	}
+	if c.MaxModelLen < 0 || c.PrefixCacheEntries < 0 || c.MinPrefixReuse < 0 {
+		return errors.New("server config: MaxModelLen, PrefixCacheEntries and MinPrefixReuse must not be negative")
+	}
+	return (trainer.ModelOptions{DType: c.DType, Device: c.Device}).Validate()
+}
+
+// snapshot is one loaded checkpoint. Sequences keep the snapshot they
+// started on, so a weight update never changes a request in flight.
+type snapshot struct {
+	model   *trainer.Model
+	tok     *tokenizer.Tokenizer
+	tcfg    *tokenizer.Config
+	chat    *tokenizer.ChatTemplate
+	eos     map[int]bool
+	version string
+	dir     string
+	maxLen  int
+	loaded  time.Time
+
+	refs    int // sequences running on it (engine goroutine only)
+	retired bool
+}
+
+func loadSnapshot(dir, version string, cfg Config) (*snapshot, error) {
+	m, err := trainer.LoadCheckpoint(dir, trainer.ModelOptions{DType: cfg.DType, Device: cfg.Device})
+	if err != nil {
+		return nil, err
+	}
+	tok, tcfg, err := tokenizer.Load(dir)
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("loading the tokenizer of %s: %w", dir, err)
+	}
+	s := &snapshot{model: m, tok: tok, tcfg: tcfg, eos: map[int]bool{}, version: version, dir: dir, loaded: time.Now()}
+	if ct, err := tcfg.CompileChatTemplate(); err == nil {
+		s.chat = ct
+	} else if !errors.Is(err, tokenizer.ErrNoChatTemplate) {
+		m.Close()
+		return nil, fmt.Errorf("loading %s: %w", dir, err)
+	}
+	for _, id := range m.Config().EOSIDs() {
+		s.eos[id] = true
+	}
+	if id, ok := tok.TokenID(tcfg.EOSToken); ok && tcfg.EOSToken != "" {
+		s.eos[id] = true
+	}
+	s.maxLen = cfg.MaxModelLen
+	if s.maxLen == 0 {
+		s.maxLen = min(max(m.Config().MaxPositionEmbeddings, 1), 8192)
+	}
+	return s, nil
+}
+
+// genJob is one sequence to generate (one choice of one prompt).
+type genJob struct {
+	ctx       context.Context
+	prompt    []int
+	maxTokens int
+	params    samplingParams
+	seed      *int64
+	stopIDs   map[int]bool
+	stops     []string
+	ignoreEOS bool
+	events    chan genEvent
+
+	snap   *snapshot
+	cache  *trainer.SeqCache
+	rng    *rand.Rand
+	gen    []tokenChoice
+	last   int // the sampled token not yet fed to the model
+	cached int // prompt tokens reused from the prefix cache
+}
+
+// genEvent is a token, or the end of a sequence.
+type genEvent struct {
+	tok    *tokenChoice
+	done   bool
+	finish string // "stop" or "length"
+	err    error
+	cached int
+	snap   *snapshot
+}
+
+type scoreJob struct {
+	prompts [][]int
+	snap    *snapshot
+	result  chan scoreResult
+}
+
+type scoreResult struct {
+	logprobs [][]float64 // per prompt; entry 0 is NaN (no context)
+	err      error
+}
+
+type swapMsg struct {
+	snap *snapshot
+	done chan struct{}
+}
+
+// Engine schedules all model work on one goroutine: libtorch ops run with
+// their own intra-op threads, and one scheduler keeps batching simple.
+type Engine struct {
+	cfg Config
+	log zerolog.Logger
+
+	jobs   chan *genJob
+	scores chan *scoreJob
+	swaps  chan swapMsg
+	quit   chan struct{}
+	done   chan struct{}
+
+	mu      sync.RWMutex
+	current *snapshot // guarded by mu for readers outside the loop
+
+	// engine goroutine state
+	active []*genJob
+	prefix []*prefixEntry
+	clock  int64
+
+	statsMu sync.Mutex
+	stats   Stats
+}
+
+// Stats are cumulative engine counters.
+type Stats struct {
+	Requests        int64
+	PromptTokens    int64
+	CachedTokens    int64
+	GeneratedTokens int64
+	DecodeSteps     int64
+	BatchedSeqs     int64 // sum of batch sizes over decode steps
+}
+
+type prefixEntry struct {
+	cache *trainer.SeqCache
+	used  int64
+}
+
+// NewEngine loads cfg.ModelDir and starts the scheduler.
+func NewEngine(cfg Config, log zerolog.Logger) (*Engine, error) {
+	if cfg.ModelName == "" {
+		cfg.ModelName = filepath.Base(filepath.Clean(cfg.ModelDir))
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	snap, err := loadSnapshot(cfg.ModelDir, cfg.Version, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("starting the inference engine: %w", err)
+	}
+	e := &Engine{
+		cfg: cfg, log: log, current: snap,
+		jobs: make(chan *genJob, 1024), scores: make(chan *scoreJob, 64), swaps: make(chan swapMsg),
+		quit: make(chan struct{}), done: make(chan struct{}),
+	}
+	go e.loop()
+	log.Info().Str("model", cfg.ModelName).Str("dir", cfg.ModelDir).Str("version", cfg.Version).
+		Int("max_model_len", snap.maxLen).Msg("inference engine ready")
+	return e, nil
+}
+
+// Close stops the scheduler; requests in flight end with an error.
+func (e *Engine) Close() {
+	select {
+	case <-e.quit:
+	default:
+		close(e.quit)
+	}
+	<-e.done
+}
+
+// snap is the snapshot new requests get, for /v1/models and headers.
+func (e *Engine) snap() *snapshot {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.current
+}
+
+// Version is the weight version being served to new requests.
+func (e *Engine) Version() string { return e.snap().version }
+
+// Stats returns a copy of the counters.
+func (e *Engine) Stats() Stats {
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	return e.stats
+}
+
+// ErrClosed means the engine was shut down.
+var ErrClosed = errors.New("inference engine closed")
+
+// Swap loads dir and serves it to new requests; sequences in flight finish
+// on the weights they started with.
+func (e *Engine) Swap(ctx context.Context, dir, version string) error {
+	snap, err := loadSnapshot(dir, version, e.cfg)
+	if err != nil {
+		return fmt.Errorf("updating weights from %s: %w", dir, err)
+	}
+	msg := swapMsg{snap: snap, done: make(chan struct{})}
+	select {
+	case e.swaps <- msg:
+	case <-ctx.Done():
+		snap.model.Close()
+		return ctx.Err()
+	case <-e.quit:
+		snap.model.Close()
+		return ErrClosed
+	}
+	<-msg.done
+	e.log.Info().Str("dir", dir).Str("version", version).Msg("weights updated")
+	return nil
+}
+
+func (e *Engine) submit(ctx context.Context, j *genJob) error {
+	select {
+	case e.jobs <- j:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.quit:
+		return ErrClosed
+	}
+}
+
+// score returns teacher-forced log-probs of every prompt token after the first.
+func (e *Engine) score(ctx context.Context, prompts [][]int) ([][]float64, *snapshot, error) {
+	j := &scoreJob{prompts: prompts, result: make(chan scoreResult, 1)}
+	select {
+	case e.scores <- j:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	case <-e.quit:
+		return nil, nil, ErrClosed
+	}
+	select {
+	case r := <-j.result:
+		return r.logprobs, j.snap, r.err
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+}
+
+func (e *Engine) loop() {
+	defer close(e.done)
+	defer e.shutdown()
+	for {
+		if len(e.active) == 0 {
+			select {
+			case j := <-e.jobs:
+				e.admit([]*genJob{j})
+			case s := <-e.scores:
+				e.runScore(s)
+			case m := <-e.swaps:
+				e.swap(m)
+			case <-e.quit:
+				return
+			}
+			continue
+		}
+		// Take what has arrived without waiting, then step the batch.
+		var admitted []*genJob
+	drain:
+		for len(admitted) < e.cfg.MaxPrefills && len(e.active)+len(admitted) < e.cfg.MaxBatch {
+			select {
+			case j := <-e.jobs:
+				admitted = append(admitted, j)
+			case s := <-e.scores:
+				e.runScore(s)
+			case m := <-e.swaps:
+				e.swap(m)
+			case <-e.quit:
+				return
+			default:
+				break drain
+			}
+		}
+		if len(admitted) > 0 {
+			e.admit(admitted)
+		}
+		e.decodeStep()
+	}
+}
+
+func (e *Engine) shutdown() {
+	for _, j := range e.active {
+		e.finish(j, "", ErrClosed)
+	}
+	e.active = nil
+	for _, p := range e.prefix {
+		p.cache.Free()
+	}
+	e.prefix = nil
+	for {
+		select {
+		case j := <-e.jobs:
+			j.events <- genEvent{done: true, err: ErrClosed}
+		case s := <-e.scores:
+			s.result <- scoreResult{err: ErrClosed}
+		default:
+			return
+		}
+	}
+}
+
+func (e *Engine) swap(m swapMsg) {
+	old := e.current
+	e.mu.Lock()
+	e.current = m.snap
+	e.mu.Unlock()
+	// Cached prefixes hold keys of the old weights.
+	for _, p := range e.prefix {
+		p.cache.Free()
+	}
+	e.prefix = nil
+	old.retired = true
+	e.maybeRelease(old)
+	close(m.done)
+}
+
+func (e *Engine) maybeRelease(s *snapshot) {
+	if s.retired && s.refs == 0 && s != e.current {
+		s.model.Close()
+	}
+}
+
+func (e *Engine) admit(js []*genJob) {
+	for _, j := range js {
+		if err := j.ctx.Err(); err != nil {
+			continue // the requester is gone
+		}
+		j.snap = e.current
+		j.snap.refs++
+		seed := uint64(time.Now().UnixNano())
+		if j.seed != nil {
+			seed = uint64(*j.seed)
+		}
+		j.rng = rand.New(rand.NewPCG(seed, 0x5eed))
+		last, err := e.prefill(j)
+		if err != nil {
+			e.finish(j, "", err)
+			continue
+		}
+		e.statsMu.Lock()
+		e.stats.Requests++
+		e.stats.PromptTokens += int64(len(j.prompt))
+		e.stats.CachedTokens += int64(j.cached)
+		e.statsMu.Unlock()
+		if j.maxTokens == 0 {
+			e.finish(j, "length", nil)
+			continue
+		}
+		if e.emit(j, sample(last, j.params, j.rng)) {
+			e.active = append(e.active, j)
+		}
+	}
+}
+
+// prefill runs the prompt, reusing the longest cached prefix.
+func (e *Engine) prefill(j *genJob) ([]float32, error) {
+	m := j.snap.model
+	start := 0
+	if e.cfg.PrefixCacheEntries > 0 && j.snap == e.current {
+		best, bestN := -1, 0
+		for i, p := range e.prefix {
+			n := commonPrefix(p.cache.Tokens(), j.prompt)
+			if n > bestN {
+				best, bestN = i, n
+			}
+		}
+		// At least one prompt token must run to get the next-token logits.
+		bestN = min(bestN, len(j.prompt)-1)
+		if best >= 0 && bestN >= e.cfg.MinPrefixReuse {
+			fork, err := e.prefix[best].cache.Fork(bestN)
+			if err == nil {
+				e.clock++
+				e.prefix[best].used = e.clock
+				j.cache, start, j.cached = fork, bestN, bestN
+			}
+		}
+	}
+	if j.cache == nil {
+		j.cache = m.NewSeqCache()
+	}
+	return m.Extend(j.cache, j.prompt[start:])
+}
+
+func commonPrefix(a, b []int) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// emit records a sampled token and reports whether the sequence goes on.
+func (e *Engine) emit(j *genJob, c tokenChoice) bool {
+	j.gen = append(j.gen, c)
+	j.last = c.ID
+	select {
+	case j.events <- genEvent{tok: &c}:
+	case <-j.ctx.Done():
+		e.finish(j, "", j.ctx.Err())
+		return false
+	}
+	e.statsMu.Lock()
+	e.stats.GeneratedTokens++
+	e.statsMu.Unlock()
+	switch {
+	case (!j.ignoreEOS && j.snap.eos[c.ID]) || j.stopIDs[c.ID]:
+		e.finish(j, "stop", nil)
+		return false
+	case len(j.stops) > 0 && hitsStop(j):
+		e.finish(j, "stop", nil)
+		return false
+	case len(j.gen) >= j.maxTokens || len(j.prompt)+len(j.gen) >= j.snap.maxLen:
+		e.finish(j, "length", nil)
+		return false
+	}
+	return true
+}
+
+func hitsStop(j *genJob) bool {
+	ids := make([]int, len(j.gen))
+	for i, g := range j.gen {
+		ids[i] = g.ID
+	}
+	b, err := j.snap.tok.DecodeBytes(ids, tokenizer.DecodeOptions{SkipSpecial: true})
+	if err != nil {
+		return false
+	}
+	for _, s := range j.stops {
+		if strings.Contains(string(b), s) {
+			return true
+		}
+	}
+	return false
+}
+
+// finish ends a sequence and hands its cache to the prefix cache.
+func (e *Engine) finish(j *genJob, reason string, err error) {
+	select {
+	case j.events <- genEvent{done: true, finish: reason, err: err, cached: j.cached, snap: j.snap}:
+	case <-j.ctx.Done(): // the requester is gone
+	}
+	if j.cache != nil {
+		e.keepPrefix(j)
+		j.cache = nil
+	}
+	if j.snap != nil {
+		j.snap.refs--
+		e.maybeRelease(j.snap)
+	}
+}
+
+func (e *Engine) keepPrefix(j *genJob) {
+	if e.cfg.PrefixCacheEntries == 0 || j.snap != e.current || j.cache.Len() == 0 {
+		j.cache.Free()
+		return
+	}
+	e.clock++
+	e.prefix = append(e.prefix, &prefixEntry{cache: j.cache, used: e.clock})
+	if len(e.prefix) > e.cfg.PrefixCacheEntries {
+		lru := 0
+		for i, p := range e.prefix {
+			if p.used < e.prefix[lru].used {
+				lru = i
+			}
+		}
+		e.prefix[lru].cache.Free()
+		e.prefix = append(e.prefix[:lru], e.prefix[lru+1:]...)
+	}
+}
+
+// decodeStep advances every active sequence by one token, one batched
+// forward per snapshot.
+func (e *Engine) decodeStep() {
+	groups := map[*snapshot][]*genJob{}
+	var order []*snapshot
+	for _, j := range e.active {
+		if j.ctx.Err() != nil {
+			continue
+		}
+		if _, ok := groups[j.snap]; !ok {
+			order = append(order, j.snap)
+		}
+		groups[j.snap] = append(groups[j.snap], j)
+	}
+	var next []*genJob
+	for _, j := range e.active {
+		if err := j.ctx.Err(); err != nil {
+			e.finish(j, "", err)
+		}
+	}
+	for _, s := range order {
+		js := groups[s]
+		caches := make([]*trainer.SeqCache, len(js))
+		ids := make([]int, len(js))
+		for i, j := range js {
+			caches[i], ids[i] = j.cache, j.last
+		}
+		logits, err := s.model.DecodeBatch(caches, ids)
+		e.statsMu.Lock()
+		e.stats.DecodeSteps++
+		e.stats.BatchedSeqs += int64(len(js))
+		e.statsMu.Unlock()
+		if err != nil {
+			e.log.Error().Err(err).Int("batch", len(js)).Msg("batched decode failed")
+			for _, j := range js {
+				e.finish(j, "", err)
+			}
+			continue
+		}
+		for i, j := range js {
+			if e.emit(j, sample(logits[i], j.params, j.rng)) {
+				next = append(next, j)
+			}
+		}
+	}
+	e.active = next
+}
+
+func (e *Engine) runScore(s *scoreJob) {
+	snap := e.current
+	s.snap = snap
+	n := 0
+	for _, p := range s.prompts {
+		n = max(n, len(p))
+	}
+	in := trainer.Input{IDs: make([][]int, len(s.prompts)), Segments: make([][]int, len(s.prompts))}
+	targets := make([][]int, len(s.prompts))
+	for i, p := range s.prompts {
+		in.IDs[i] = make([]int, n)
+		in.Segments[i] = make([]int, n)
+		targets[i] = make([]int, n)
+		copy(in.IDs[i], p)
+		for k := range targets[i] {
+			targets[i][k] = -1
+			if k < len(p) {
+				in.Segments[i][k] = 1
+			}
+			if k+1 < len(p) {
+				targets[i][k] = p[k+1]
+			}
+		}
+	}
+	lp, err := snap.model.TokenLogProbs(in, targets)
+	if err != nil {
+		s.result <- scoreResult{err: err}
+		return
+	}
+	out := make([][]float64, len(s.prompts))
+	for i, p := range s.prompts {
+		out[i] = make([]float64, len(p))
+		out[i][0] = nanValue
+		for k := 1; k < len(p); k++ {
+			out[i][k] = float64(lp[i][k-1])
+		}
+	}
+	e.statsMu.Lock()
+	e.stats.Requests++
+	e.statsMu.Unlock()
+	s.result <- scoreResult{logprobs: out}
+}
+
+// nanValue marks the first prompt token, which has no log-prob.
+var nanValue = math.NaN()
+
+// decodeText decodes generated ids, holding back an incomplete UTF-8 tail.
+func decodeText(tok *tokenizer.Tokenizer, ids []int) string {
+	b, err := tok.DecodeBytes(ids, tokenizer.DecodeOptions{SkipSpecial: true})
+	if err != nil {
+		return ""
+	}
+	for len(b) > 0 && !utf8.Valid(b) {
+		b = b[:len(b)-1]
+	}
+	return string(b)
+}
+
+// checkModelDir reports whether dir looks like a checkpoint, before loading.
+func checkModelDir(dir string) error {
+	if dir == "" {
+		return errors.New("model_path is empty")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+		return fmt.Errorf("model_path %s: %w", dir, err)
+	}
+	return nil
+}

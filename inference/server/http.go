@@ -1,0 +1,488 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/tokenizer"
+)
+
+const maxBodyBytes = 32 << 20
+
+// Server is the HTTP front of an Engine.
+type Server struct {
+	eng  *Engine
+	log  zerolog.Logger
+	mux  *http.ServeMux
+	srv  *http.Server
+	ln   net.Listener
+	seq  atomic.Int64
+	name string
+	key  string
+}
+
+// New builds the engine and the HTTP handlers (not yet listening).
+func New(cfg Config, log zerolog.Logger) (*Server, error) {
+	eng, err := NewEngine(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{eng: eng, log: log, name: eng.cfg.ModelName, key: cfg.APIKey}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", s.health)
+	mux.HandleFunc("GET /v1/models", s.auth(s.models))
+	mux.HandleFunc("POST /v1/completions", s.auth(s.completions))
+	mux.HandleFunc("POST /v1/chat/completions", s.auth(s.chat))
+	mux.HandleFunc("POST /update_weights_from_disk", s.auth(s.updateWeights))
+	mux.HandleFunc("GET /stats", s.auth(s.statsHandler))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found_error", "", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
+	})
+	s.mux = mux
+	return s, nil
+}
+
+// Engine exposes the engine (weight swaps in-process, stats).
+func (s *Server) Engine() *Engine { return s.eng }
+
+// Handler is the server's root handler, with panic recovery.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				// The stack goes to the log, never to the client.
+				s.log.Error().Interface("panic", v).Str("path", r.URL.Path).Bytes("stack", debug.Stack()).Msg("handler panicked")
+				writeError(w, http.StatusInternalServerError, "internal_error", "", "internal server error")
+			}
+		}()
+		w.Header().Set("X-Weight-Version", s.eng.Version())
+		s.mux.ServeHTTP(w, r)
+	})
+}
+
+// Listen binds addr ("127.0.0.1:0" picks a free port).
+func (s *Server) Listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	s.ln = ln
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	return nil
+}
+
+// Addr is the bound address, after Listen.
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Serve serves until Shutdown; it returns nil after a clean shutdown.
+func (s *Server) Serve() error {
+	if s.srv == nil {
+		return errors.New("serve: call Listen first")
+	}
+	if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops accepting requests, waits for handlers, stops the engine.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	if s.srv != nil {
+		err = s.srv.Shutdown(ctx)
+	}
+	s.eng.Close()
+	return err
+}
+
+func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
+	if s.key == "" {
+		return h
+	}
+	want := []byte("Bearer " + s.key)
+	return func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			writeError(w, http.StatusUnauthorized, "authentication_error", "", "missing or wrong API key (Authorization: Bearer ...)")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// ---- errors ---------------------------------------------------------------
+
+type apiError struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+func writeError(w http.ResponseWriter, status int, typ, param, msg string) {
+	e := apiError{Message: msg, Type: typ, Code: status}
+	if param != "" {
+		e.Param = &param
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"error": e})
+}
+
+// badRequest is a 4xx naming the offending parameter.
+type badRequest struct {
+	status int
+	param  string
+	msg    string
+}
+
+func (b *badRequest) Error() string { return b.msg }
+
+func bad(param, format string, args ...any) *badRequest {
+	return &badRequest{status: http.StatusBadRequest, param: param, msg: fmt.Sprintf(format, args...)}
+}
+
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	var br *badRequest
+	switch {
+	case errors.As(err, &br):
+		typ := "invalid_request_error"
+		if br.status == http.StatusNotFound {
+			typ = "not_found_error"
+		}
+		writeError(w, br.status, typ, br.param, br.msg)
+	case errors.Is(err, context.Canceled):
+		// the client went away; nothing to write to
+	case errors.Is(err, ErrClosed):
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "", "server is shutting down")
+	default:
+		s.log.Error().Err(err).Msg("request failed")
+		writeError(w, http.StatusInternalServerError, "internal_error", "", "internal server error: "+firstLine(err.Error()))
+	}
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func decodeBody(r *http.Request, dst any) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	if err != nil {
+		return bad("", "reading the request body: %v", err)
+	}
+	if len(body) > maxBodyBytes {
+		return bad("", "request body over %d bytes", maxBodyBytes)
+	}
+	if err := json.Unmarshal(body, dst); err != nil {
+		return bad("", "malformed JSON body: %v", err)
+	}
+	return nil
+}
+
+// ---- simple routes ----------------------------------------------------------
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	snap := s.eng.snap()
+	writeJSON(w, map[string]any{
+		"object": "list",
+		"data": []map[string]any{{
+			"id": s.name, "object": "model", "created": snap.loaded.Unix(), "owned_by": "seedctl",
+			"root": snap.dir, "max_model_len": snap.maxLen, "weight_version": snap.version,
+		}},
+	})
+}
+
+func (s *Server) statsHandler(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, s.eng.Stats())
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) updateWeights(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		ModelPath     string `json:"model_path"`
+		WeightVersion string `json:"weight_version"`
+		FlushCache    *bool  `json:"flush_cache"`
+	}
+	reply := func(status int, ok bool, msg string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(map[string]any{"success": ok, "message": msg})
+	}
+	if err := decodeBody(r, &req); err != nil {
+		reply(http.StatusBadRequest, false, err.Error())
+		return
+	}
+	if err := checkModelDir(req.ModelPath); err != nil {
+		reply(http.StatusBadRequest, false, err.Error())
+		return
+	}
+	version := req.WeightVersion
+	if version == "" {
+		version = strconv.FormatInt(time.Now().UnixNano(), 10)
+	}
+	if err := s.eng.Swap(r.Context(), req.ModelPath, version); err != nil {
+		reply(http.StatusBadRequest, false, err.Error())
+		return
+	}
+	reply(http.StatusOK, true, fmt.Sprintf("Succeeded to update model weights from %s (version %s).", req.ModelPath, version))
+}
+
+// ---- request parameters -----------------------------------------------------
+
+// genParams are the sampling parameters shared by both endpoints.
+type genParams struct {
+	MaxTokens        *int            `json:"max_tokens"`
+	MaxCompletion    *int            `json:"max_completion_tokens"`
+	Temperature      *float64        `json:"temperature"`
+	TopP             *float64        `json:"top_p"`
+	TopK             *int            `json:"top_k"`
+	Seed             *int64          `json:"seed"`
+	Stop             json.RawMessage `json:"stop"`
+	StopTokenIDs     []int           `json:"stop_token_ids"`
+	N                *int            `json:"n"`
+	IgnoreEOS        bool            `json:"ignore_eos"`
+	Stream           bool            `json:"stream"`
+	PresencePenalty  *float64        `json:"presence_penalty"`
+	FrequencyPenalty *float64        `json:"frequency_penalty"`
+}
+
+type parsedGen struct {
+	maxTokens int
+	params    samplingParams
+	seed      *int64
+	stops     []string
+	stopIDs   map[int]bool
+	n         int
+	ignoreEOS bool
+}
+
+func (g genParams) parse(defaultMax int, vocab int) (parsedGen, error) {
+	p := parsedGen{maxTokens: defaultMax, n: 1, seed: g.Seed, ignoreEOS: g.IgnoreEOS, params: samplingParams{Temperature: 1, TopP: 1}}
+	if g.MaxCompletion != nil {
+		g.MaxTokens = g.MaxCompletion
+	}
+	if g.MaxTokens != nil {
+		if *g.MaxTokens < 0 {
+			return p, bad("max_tokens", "max_tokens must be >= 0, got %d", *g.MaxTokens)
+		}
+		p.maxTokens = *g.MaxTokens
+	}
+	if g.Temperature != nil {
+		if *g.Temperature < 0 || *g.Temperature > 100 || math.IsNaN(*g.Temperature) {
+			return p, bad("temperature", "temperature must be in [0, 100], got %v", *g.Temperature)
+		}
+		p.params.Temperature = *g.Temperature
+	}
+	if g.TopP != nil {
+		if !(*g.TopP > 0 && *g.TopP <= 1) {
+			return p, bad("top_p", "top_p must be in (0, 1], got %v", *g.TopP)
+		}
+		p.params.TopP = *g.TopP
+	}
+	if g.TopK != nil {
+		if *g.TopK < -1 {
+			return p, bad("top_k", "top_k must be -1 (off) or positive, got %d", *g.TopK)
+		}
+		p.params.TopK = max(*g.TopK, 0)
+	}
+	if g.N != nil {
+		if *g.N < 1 || *g.N > 64 {
+			return p, bad("n", "n must be in [1, 64], got %d", *g.N)
+		}
+		p.n = *g.N
+	}
+	if g.PresencePenalty != nil && *g.PresencePenalty != 0 || g.FrequencyPenalty != nil && *g.FrequencyPenalty != 0 {
+		return p, bad("presence_penalty", "presence and frequency penalties are not supported")
+	}
+	if len(g.Stop) > 0 && string(g.Stop) != "null" {
+		var one string
+		if err := json.Unmarshal(g.Stop, &one); err == nil {
+			p.stops = []string{one}
+		} else if err := json.Unmarshal(g.Stop, &p.stops); err != nil {
+			return p, bad("stop", "stop must be a string or a list of strings")
+		}
+		for _, s := range p.stops {
+			if s == "" {
+				return p, bad("stop", "stop strings must not be empty")
+			}
+		}
+	}
+	p.stopIDs = map[int]bool{}
+	for _, id := range g.StopTokenIDs {
+		if id < 0 || id >= vocab {
+			return p, bad("stop_token_ids", "stop token id %d is outside the vocabulary (%d)", id, vocab)
+		}
+		p.stopIDs[id] = true
+	}
+	return p, nil
+}
+
+func (s *Server) checkModel(name string) error {
+	if name != "" && name != s.name {
+		return &badRequest{status: http.StatusNotFound, param: "model", msg: fmt.Sprintf("The model `%s` does not exist; this server serves `%s`.", name, s.name)}
+	}
+	return nil
+}
+
+// ---- generation plumbing ------------------------------------------------------
+
+type choiceResult struct {
+	index  int
+	prompt []int
+	gen    []tokenChoice
+	finish string
+	cached int
+	snap   *snapshot
+}
+
+// generate runs one job per (prompt, choice) and waits for all of them.
+// onEvent, when set, sees every token and every end in arrival order (for
+// streaming); an error from it cancels the request.
+func (s *Server) generate(ctx context.Context, prompts [][]int, p parsedGen, topLogprobs int, onEvent func(idx int, ev genEvent, r *choiceResult) error) ([]choiceResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type tagged struct {
+		idx int
+		ev  genEvent
+	}
+	events := make(chan tagged, 256)
+	results := make([]choiceResult, len(prompts)*p.n)
+	for pi, prompt := range prompts {
+		for c := 0; c < p.n; c++ {
+			idx := pi*p.n + c
+			results[idx] = choiceResult{index: idx, prompt: prompt}
+			var seed *int64
+			if p.seed != nil {
+				v := *p.seed + int64(idx)
+				seed = &v
+			}
+			j := &genJob{
+				ctx: ctx, prompt: prompt, maxTokens: p.maxTokens, seed: seed, stops: p.stops,
+				stopIDs: p.stopIDs, ignoreEOS: p.ignoreEOS, events: make(chan genEvent, 64),
+				params: samplingParams{Temperature: p.params.Temperature, TopP: p.params.TopP, TopK: p.params.TopK, TopLogprobs: topLogprobs},
+			}
+			if err := s.eng.submit(ctx, j); err != nil {
+				return nil, err
+			}
+			go func(idx int, ch chan genEvent) {
+				for {
+					select {
+					case ev := <-ch:
+						select {
+						case events <- tagged{idx, ev}:
+						case <-ctx.Done():
+							return
+						}
+						if ev.done {
+							return
+						}
+					case <-ctx.Done():
+						return
+					}
+				}
+			}(idx, j.events)
+		}
+	}
+	for pending := len(results); pending > 0; {
+		select {
+		case t := <-events:
+			r := &results[t.idx]
+			if t.ev.tok != nil {
+				r.gen = append(r.gen, *t.ev.tok)
+			} else {
+				pending--
+				if t.ev.err != nil {
+					return nil, t.ev.err
+				}
+				r.finish, r.cached, r.snap = t.ev.finish, t.ev.cached, t.ev.snap
+			}
+			if onEvent != nil {
+				if err := onEvent(t.idx, t.ev, r); err != nil {
+					return nil, err
+				}
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return results, nil
+}
+
+// truncateAtStop cuts text at the first stop string, as vLLM does.
+func truncateAtStop(text string, stops []string) string {
+	cut := len(text)
+	for _, s := range stops {
+		if i := strings.Index(text, s); i >= 0 && i < cut {
+			cut = i
+		}
+	}
+	return text[:cut]
+}
+
+func genIDs(gen []tokenChoice) []int {
+	ids := make([]int, len(gen))
+	for i, g := range gen {
+		ids[i] = g.ID
+	}
+	return ids
+}
+
+func tokenText(tok *tokenizer.Tokenizer, id int, asIDs bool) string {
+	if asIDs {
+		return "token_id:" + strconv.Itoa(id)
+	}
+	b, err := tok.DecodeBytes([]int{id}, tokenizer.DecodeOptions{})
+	if err != nil {
+		return ""
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
+}
+
+// usage counts each prompt once, whatever n is.
+func usage(results []choiceResult, n int) map[string]any {
+	prompt, completion, cached := 0, 0, 0
+	for _, r := range results {
+		completion += len(r.gen)
+		if r.index%n == 0 {
+			prompt += len(r.prompt)
+			cached += r.cached
+		}
+	}
+	return map[string]any{
+		"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+		"prompt_tokens_details": map[string]any{"cached_tokens": cached},
+	}
+}

@@ -1,0 +1,460 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/tokenizer"
+	"github.com/seedctl/seedctl/trainer"
+)
+
+var corpus = func() []string {
+	var out []string
+	for i := 0; i < 40; i++ {
+		out = append(out, fmt.Sprintf("You arrive at cabinet %d. On the cabinet %d, you see a mug %d.", i%5+1, i%5+1, i%3+1),
+			"<|im_start|>user\nYour task is to: put a mug in the fridge.<|im_end|>\n<|im_start|>assistant\n<action>go to fridge 1</action><|im_end|>\n")
+	}
+	return out
+}()
+
+// writeTiny saves a random tiny Qwen2 checkpoint with a trained tokenizer.
+func writeTiny(t testing.TB, dir string, seed uint64) *trainer.Model {
+	t.Helper()
+	tc := tokenizer.DefaultTrainConfig()
+	tc.VocabSize = 300
+	tok, err := tokenizer.TrainBPE(corpus, tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eos, _ := tok.TokenID("<|im_end|>")
+	bos, _ := tok.TokenID("<|endoftext|>")
+	cfg := &trainer.ModelConfig{
+		Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: tok.VocabSize(),
+		HiddenSize: 32, IntermediateSize: 64, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2,
+		MaxPositionEmbeddings: 512, RMSNormEps: 1e-6, RopeTheta: 10000, HiddenAct: "silu", InitializerRange: 0.5,
+		TieWordEmbeddings: true, BOSTokenID: &bos, EOSTokenID: float64(eos),
+	}
+	m, err := trainer.InitRandom(cfg, trainer.ModelOptions{}, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcfg := &tokenizer.Config{EOSToken: "<|im_end|>", PadToken: "<|endoftext|>", ChatTemplate: tokenizer.Qwen25ChatTemplate}
+	if err := m.Save(dir, trainer.SaveOptions{WriteExtra: func(tmp string) error { return tokenizer.Save(tmp, tok, tcfg) }}); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+type testServer struct {
+	*Server
+	url   string
+	model *trainer.Model
+	dir   string
+}
+
+func newTestServer(t *testing.T, mutate func(*Config)) *testServer {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tiny")
+	m := writeTiny(t, dir, 1)
+	cfg := DefaultConfig(dir)
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := New(cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { hs.Close(); s.Shutdown(context.Background()) })
+	return &testServer{Server: s, url: hs.URL, model: m, dir: dir}
+}
+
+func post(t *testing.T, url string, body any, headers ...string) (int, map[string]any) {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		js, _ := json.Marshal(b)
+		rd = bytes.NewReader(js)
+	}
+	req, _ := http.NewRequest("POST", url, rd)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	raw, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("POST %s: %d %q is not JSON", url, resp.StatusCode, raw)
+	}
+	return resp.StatusCode, out
+}
+
+// completionIDs returns the generated token ids (return_tokens_as_token_ids)
+// and their log-probs from a completion choice.
+func completionIDs(t *testing.T, choice map[string]any) ([]int, []float64) {
+	t.Helper()
+	lp, _ := choice["logprobs"].(map[string]any)
+	if lp == nil {
+		t.Fatalf("choice has no logprobs: %v", choice)
+	}
+	var ids []int
+	var lps []float64
+	for i, tok := range lp["tokens"].([]any) {
+		var id int
+		if _, err := fmt.Sscanf(tok.(string), "token_id:%d", &id); err != nil {
+			t.Fatalf("token %q is not token_id:N", tok)
+		}
+		ids = append(ids, id)
+		if v, ok := lp["token_logprobs"].([]any)[i].(float64); ok {
+			lps = append(lps, v)
+		} else {
+			lps = append(lps, math.NaN())
+		}
+	}
+	return ids, lps
+}
+
+func choices(t *testing.T, resp map[string]any) []map[string]any {
+	t.Helper()
+	cs, ok := resp["choices"].([]any)
+	if !ok {
+		t.Fatalf("no choices in %v", resp)
+	}
+	out := make([]map[string]any, len(cs))
+	for i, c := range cs {
+		out[i] = c.(map[string]any)
+	}
+	return out
+}
+
+var prompt = []int{5, 17, 3, 88, 41, 9, 60, 12}
+
+func TestGreedyCompletionEqualsTrainer(t *testing.T) {
+	s := newTestServer(t, nil)
+	code, resp := post(t, s.url+"/v1/completions", map[string]any{
+		"model": "tiny", "prompt": prompt, "max_tokens": 10, "temperature": 0, "ignore_eos": true,
+		"logprobs": 0, "return_tokens_as_token_ids": true,
+	})
+	if code != 200 {
+		t.Fatalf("status %d: %v", code, resp)
+	}
+	ids, lps := completionIDs(t, choices(t, resp)[0])
+	want, err := s.model.Greedy(prompt, 10, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Fatalf("served %v, trainer greedy %v", ids, want)
+	}
+	// The reported log-probs are the model's own.
+	full := append(append([]int(nil), prompt...), ids...)
+	targets := append(append([]int(nil), full[1:]...), -1)
+	tl, _ := s.model.TokenLogProbs(trainer.Input{IDs: [][]int{full}}, [][]int{targets})
+	for k := range ids {
+		if d := math.Abs(lps[k] - float64(tl[0][len(prompt)-1+k])); d > 1e-4 {
+			t.Errorf("token %d log-prob %v, trainer %v", k, lps[k], tl[0][len(prompt)-1+k])
+		}
+	}
+	if u := resp["usage"].(map[string]any); u["completion_tokens"].(float64) != 10 || u["prompt_tokens"].(float64) != float64(len(prompt)) {
+		t.Errorf("usage %v", u)
+	}
+}
+
+func TestSeededSamplingIsReproducible(t *testing.T) {
+	s := newTestServer(t, nil)
+	run := func(seed int) string {
+		_, resp := post(t, s.url+"/v1/completions", map[string]any{
+			"prompt": prompt, "max_tokens": 12, "temperature": 1.0, "seed": seed, "ignore_eos": true,
+			"logprobs": 0, "return_tokens_as_token_ids": true, "n": 2,
+		})
+		cs := choices(t, resp)
+		a, _ := completionIDs(t, cs[0])
+		b, _ := completionIDs(t, cs[1])
+		return fmt.Sprint(a, b)
+	}
+	a, b, c := run(7), run(7), run(8)
+	if a != b {
+		t.Errorf("seed 7 gave %s then %s", a, b)
+	}
+	if a == c {
+		t.Errorf("seeds 7 and 8 gave the same samples %s", a)
+	}
+}
+
+func TestEchoScoresPrompt(t *testing.T) {
+	s := newTestServer(t, nil)
+	code, resp := post(t, s.url+"/v1/completions", map[string]any{
+		"prompt": [][]int{prompt, prompt[:5]}, "max_tokens": 0, "echo": true, "logprobs": 0, "return_tokens_as_token_ids": true,
+	})
+	if code != 200 {
+		t.Fatalf("%d %v", code, resp)
+	}
+	cs := choices(t, resp)
+	if len(cs) != 2 {
+		t.Fatalf("%d choices", len(cs))
+	}
+	ids, lps := completionIDs(t, cs[0])
+	if fmt.Sprint(ids) != fmt.Sprint(prompt) || !math.IsNaN(lps[0]) {
+		t.Fatalf("echo ids %v first logprob %v", ids, lps[0])
+	}
+	targets := append(append([]int(nil), prompt[1:]...), -1)
+	tl, _ := s.model.TokenLogProbs(trainer.Input{IDs: [][]int{prompt}}, [][]int{targets})
+	for k := 1; k < len(prompt); k++ {
+		if d := math.Abs(lps[k] - float64(tl[0][k-1])); d > 1e-4 {
+			t.Errorf("prompt token %d: served %v, trainer %v", k, lps[k], tl[0][k-1])
+		}
+	}
+	_, short := completionIDs(t, cs[1])
+	if len(short) != 5 || math.Abs(short[4]-lps[4]) > 1e-5 {
+		t.Errorf("batched scoring of a shorter prompt: %v vs %v", short, lps[:5])
+	}
+}
+
+func readSSE(t *testing.T, url string, body any) ([]map[string]any, bool) {
+	t.Helper()
+	js, _ := json.Marshal(body)
+	resp, err := http.Post(url, "application/json", bytes.NewReader(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		t.Fatalf("stream content type %q", ct)
+	}
+	var chunks []map[string]any
+	done := false
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data: ") {
+			continue
+		}
+		data := strings.TrimPrefix(line, "data: ")
+		if data == "[DONE]" {
+			done = true
+			continue
+		}
+		var c map[string]any
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			t.Fatalf("chunk %q: %v", data, err)
+		}
+		chunks = append(chunks, c)
+	}
+	return chunks, done
+}
+
+func TestChatStreamMatchesNonStream(t *testing.T) {
+	s := newTestServer(t, nil)
+	body := map[string]any{
+		"model": "tiny", "messages": []map[string]any{{"role": "user", "content": "Your task is to: put a mug in the fridge."}},
+		"max_tokens": 12, "temperature": 0, "logprobs": true, "top_logprobs": 2,
+	}
+	code, resp := post(t, s.url+"/v1/chat/completions", body)
+	if code != 200 {
+		t.Fatalf("%d %v", code, resp)
+	}
+	c := choices(t, resp)[0]
+	want := c["message"].(map[string]any)["content"].(string)
+	content := c["logprobs"].(map[string]any)["content"].([]any)
+	if len(content) == 0 || len(content[0].(map[string]any)["top_logprobs"].([]any)) != 2 {
+		t.Fatalf("chat logprobs %v", c["logprobs"])
+	}
+	body["stream"] = true
+	chunks, done := readSSE(t, s.url+"/v1/chat/completions", body)
+	if !done {
+		t.Fatal("stream did not end with [DONE]")
+	}
+	var got strings.Builder
+	finish := ""
+	for _, ch := range chunks {
+		cc := ch["choices"].([]any)[0].(map[string]any)
+		if d, ok := cc["delta"].(map[string]any)["content"].(string); ok {
+			got.WriteString(d)
+		}
+		if f, ok := cc["finish_reason"].(string); ok {
+			finish = f
+		}
+	}
+	if got.String() != want || finish == "" {
+		t.Errorf("stream text %q (finish %q), non-stream %q", got.String(), finish, want)
+	}
+}
+
+func TestConcurrentRequestsAreBatched(t *testing.T) {
+	s := newTestServer(t, func(c *Config) { c.PrefixCacheEntries = 0 })
+	const n = 12
+	var wg sync.WaitGroup
+	got := make([]string, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			p := append([]int{i + 1}, prompt[:i%5+2]...)
+			_, resp := post(t, s.url+"/v1/completions", map[string]any{
+				"prompt": p, "max_tokens": 16, "temperature": 0, "ignore_eos": true, "logprobs": 0, "return_tokens_as_token_ids": true,
+			})
+			ids, _ := completionIDs(t, choices(t, resp)[0])
+			want, _ := s.model.Greedy(p, 16, nil, false)
+			if fmt.Sprint(ids) != fmt.Sprint(want) {
+				got[i] = fmt.Sprintf("prompt %v: served %v, alone %v", p, ids, want)
+			}
+		}(i)
+	}
+	wg.Wait()
+	for _, g := range got {
+		if g != "" {
+			t.Error(g)
+		}
+	}
+	st := s.Engine().Stats()
+	if st.DecodeSteps == 0 || float64(st.BatchedSeqs)/float64(st.DecodeSteps) <= 1.5 {
+		t.Errorf("mean batch %.2f over %d decode steps: requests were not batched", float64(st.BatchedSeqs)/float64(st.DecodeSteps), st.DecodeSteps)
+	}
+}
+
+func TestPrefixReuse(t *testing.T) {
+	s := newTestServer(t, nil)
+	ask := func(p []int) ([]int, []float64, float64) {
+		_, resp := post(t, s.url+"/v1/completions", map[string]any{
+			"prompt": p, "max_tokens": 6, "temperature": 0, "ignore_eos": true, "logprobs": 0, "return_tokens_as_token_ids": true,
+		})
+		ids, lps := completionIDs(t, choices(t, resp)[0])
+		cached := resp["usage"].(map[string]any)["prompt_tokens_details"].(map[string]any)["cached_tokens"].(float64)
+		return ids, lps, cached
+	}
+	long := append(append([]int(nil), prompt...), prompt...)
+	first, _, c0 := ask(long)
+	turn2 := append(append(append([]int(nil), long...), first...), 7, 8, 9)
+	ids, lps, c1 := ask(turn2)
+	if c0 != 0 || c1 < float64(len(long)) {
+		t.Errorf("cached tokens: first %v, second %v (want ≥ %d)", c0, c1, len(long))
+	}
+	want, _ := s.model.Greedy(turn2, 6, nil, false)
+	if fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Errorf("with a reused prefix: %v, from scratch %v", ids, want)
+	}
+	full := append(append([]int(nil), turn2...), ids...)
+	targets := append(append([]int(nil), full[1:]...), -1)
+	tl, _ := s.model.TokenLogProbs(trainer.Input{IDs: [][]int{full}}, [][]int{targets})
+	if d := math.Abs(lps[0] - float64(tl[0][len(turn2)-1])); d > 1e-4 {
+		t.Errorf("first log-prob after reuse %v, trainer %v", lps[0], tl[0][len(turn2)-1])
+	}
+}
+
+func TestUpdateWeightsChangesWhatIsServed(t *testing.T) {
+	s := newTestServer(t, nil)
+	score := func() []float64 {
+		_, resp := post(t, s.url+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 0, "echo": true, "logprobs": 0, "return_tokens_as_token_ids": true})
+		_, lps := completionIDs(t, choices(t, resp)[0])
+		return lps
+	}
+	before := score()
+	dir2 := filepath.Join(t.TempDir(), "v2")
+	m2 := writeTiny(t, dir2, 99)
+	code, resp := post(t, s.url+"/update_weights_from_disk", map[string]any{"model_path": dir2, "weight_version": "v2"})
+	if code != 200 || resp["success"] != true {
+		t.Fatalf("update: %d %v", code, resp)
+	}
+	after := score()
+	targets := append(append([]int(nil), prompt[1:]...), -1)
+	tl, _ := m2.TokenLogProbs(trainer.Input{IDs: [][]int{prompt}}, [][]int{targets})
+	changed := false
+	for k := 1; k < len(prompt); k++ {
+		if math.Abs(after[k]-before[k]) > 1e-3 {
+			changed = true
+		}
+		if d := math.Abs(after[k] - float64(tl[0][k-1])); d > 1e-4 {
+			t.Errorf("after publish, token %d scores %v; the new weights give %v", k, after[k], tl[0][k-1])
+		}
+	}
+	if !changed {
+		t.Error("log-probs did not change after publishing different weights")
+	}
+	r, _ := http.Get(s.url + "/v1/models")
+	var models map[string]any
+	json.NewDecoder(r.Body).Decode(&models)
+	r.Body.Close()
+	if v := models["data"].([]any)[0].(map[string]any)["weight_version"]; v != "v2" || r.Header.Get("X-Weight-Version") != "v2" {
+		t.Errorf("weight version %v, header %q", v, r.Header.Get("X-Weight-Version"))
+	}
+	code, resp = post(t, s.url+"/update_weights_from_disk", map[string]any{"model_path": filepath.Join(dir2, "nope")})
+	if code != 400 || resp["success"] != false {
+		t.Errorf("bad model_path: %d %v", code, resp)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	s := newTestServer(t, nil)
+	long := make([]int, 600)
+	tests := []struct {
+		path   string
+		body   any
+		status int
+		want   string
+	}{
+		{"/v1/completions", `{"prompt": [1,2`, 400, "malformed JSON"},
+		{"/v1/completions", map[string]any{"model": "gpt-4", "prompt": "hi"}, 404, "does not exist"},
+		{"/v1/completions", map[string]any{"prompt": long}, 400, "maximum context length"},
+		{"/v1/completions", map[string]any{"prompt": "hi", "temperature": -1}, 400, "temperature"},
+		{"/v1/completions", map[string]any{"prompt": "hi", "top_p": 0}, 400, "top_p"},
+		{"/v1/completions", map[string]any{"prompt": "hi", "n": 0}, 400, "n must be"},
+		{"/v1/completions", map[string]any{"prompt": "hi", "logprobs": 99}, 400, "logprobs"},
+		{"/v1/completions", map[string]any{"prompt": []int{1, 99999}}, 400, "outside the vocabulary"},
+		{"/v1/completions", map[string]any{"prompt": 5}, 400, "prompt must be"},
+		{"/v1/completions", map[string]any{"max_tokens": 3}, 400, "prompt is required"},
+		{"/v1/completions", map[string]any{"prompt": "hi", "max_tokens": -2}, 400, "max_tokens"},
+		{"/v1/completions", map[string]any{"prompt": "hi", "stop": 3}, 400, "stop"},
+		{"/v1/chat/completions", map[string]any{"messages": []any{}}, 400, "messages"},
+		{"/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "wizard", "content": "x"}}}, 400, "role"},
+		{"/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "user", "content": "x"}}, "top_logprobs": 3}, 400, "logprobs"},
+		{"/v1/nothing", map[string]any{}, 404, "no route"},
+	}
+	for _, tt := range tests {
+		code, resp := post(t, s.url+tt.path, tt.body)
+		e, _ := resp["error"].(map[string]any)
+		if code != tt.status || e == nil || !strings.Contains(fmt.Sprint(e["message"]), tt.want) {
+			t.Errorf("%s %v: %d %v; want %d mentioning %q", tt.path, tt.body, code, resp, tt.status, tt.want)
+		}
+	}
+	// Still serving.
+	if code, resp := post(t, s.url+"/v1/completions", map[string]any{"prompt": "hi", "max_tokens": 2}); code != 200 {
+		t.Fatalf("after bad requests: %d %v", code, resp)
+	}
+}
+
+func TestAPIKey(t *testing.T) {
+	s := newTestServer(t, func(c *Config) { c.APIKey = "sekret" })
+	if code, _ := post(t, s.url+"/v1/completions", map[string]any{"prompt": "hi", "max_tokens": 1}); code != 401 {
+		t.Errorf("no key: %d", code)
+	}
+	if code, _ := post(t, s.url+"/v1/completions", map[string]any{"prompt": "hi", "max_tokens": 1}, "Authorization", "Bearer wrong"); code != 401 {
+		t.Errorf("wrong key: %d", code)
+	}
+	if code, resp := post(t, s.url+"/v1/completions", map[string]any{"prompt": "hi", "max_tokens": 1}, "Authorization", "Bearer sekret"); code != 200 {
+		t.Errorf("right key: %d %v", code, resp)
+	}
+	if r, err := http.Get(s.url + "/health"); err != nil || r.StatusCode != 200 {
+		t.Errorf("health needs no key: %v %v", r, err)
+	}
+}
