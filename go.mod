@@ -8,9 +8,11 @@ replace github.com/sugarme/gotch => ./.build/gotch
 
 require (
 	github.com/ardanlabs/jinja v1.8.0
+	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/dlclark/regexp2 v1.12.0
 	github.com/mattn/go-isatty v0.0.20
 	github.com/rs/zerolog v1.35.1
+	github.com/sashabaranov/go-openai v1.43.0
 	github.com/sugarme/gotch v0.9.1
 	github.com/urfave/cli/v2 v2.27.7
 	golang.org/x/text v0.44.0

@@ -486,3 +486,6 @@ func usage(results []choiceResult, n int) map[string]any {
 		"prompt_tokens_details": map[string]any{"cached_tokens": cached},
 	}
 }
+
+// ModelName is the served model id.
+func (s *Server) ModelName() string { return s.name }

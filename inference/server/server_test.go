@@ -17,42 +17,19 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/seedctl/seedctl/tokenizer"
+	"github.com/seedctl/seedctl/inference/server/servertest"
 	"github.com/seedctl/seedctl/trainer"
 )
 
-var corpus = func() []string {
-	var out []string
-	for i := 0; i < 40; i++ {
-		out = append(out, fmt.Sprintf("You arrive at cabinet %d. On the cabinet %d, you see a mug %d.", i%5+1, i%5+1, i%3+1),
-			"<|im_start|>user\nYour task is to: put a mug in the fridge.<|im_end|>\n<|im_start|>assistant\n<action>go to fridge 1</action><|im_end|>\n")
-	}
-	return out
-}()
-
-// writeTiny saves a random tiny Qwen2 checkpoint with a trained tokenizer.
+// writeTiny saves a random tiny Qwen2 checkpoint and loads it back for
+// reference computations.
 func writeTiny(t testing.TB, dir string, seed uint64) *trainer.Model {
 	t.Helper()
-	tc := tokenizer.DefaultTrainConfig()
-	tc.VocabSize = 300
-	tok, err := tokenizer.TrainBPE(corpus, tc)
-	if err != nil {
+	if err := servertest.WriteTinyCheckpoint(dir, seed); err != nil {
 		t.Fatal(err)
 	}
-	eos, _ := tok.TokenID("<|im_end|>")
-	bos, _ := tok.TokenID("<|endoftext|>")
-	cfg := &trainer.ModelConfig{
-		Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: tok.VocabSize(),
-		HiddenSize: 32, IntermediateSize: 64, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2,
-		MaxPositionEmbeddings: 512, RMSNormEps: 1e-6, RopeTheta: 10000, HiddenAct: "silu", InitializerRange: 0.5,
-		TieWordEmbeddings: true, BOSTokenID: &bos, EOSTokenID: float64(eos),
-	}
-	m, err := trainer.InitRandom(cfg, trainer.ModelOptions{}, seed)
+	m, err := trainer.LoadCheckpoint(dir, trainer.ModelOptions{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	tcfg := &tokenizer.Config{EOSToken: "<|im_end|>", PadToken: "<|endoftext|>", ChatTemplate: tokenizer.Qwen25ChatTemplate}
-	if err := m.Save(dir, trainer.SaveOptions{WriteExtra: func(tmp string) error { return tokenizer.Save(tmp, tok, tcfg) }}); err != nil {
 		t.Fatal(err)
 	}
 	return m

@@ -1,0 +1,341 @@
+package inference
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+func testLog(t *testing.T) zerolog.Logger {
+	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+}
+
+// fakeServer records every call and answers like vLLM/SGLang would.
+type fakeServer struct {
+	mu    sync.Mutex
+	calls []string // "METHOD path body"
+	// fail makes the first n calls to a path answer with a status.
+	failPath   string
+	failStatus int
+	failN      int
+	stale      bool // score with the old weights after publish
+	published  bool
+	updateOK   bool
+	srv        *httptest.Server
+}
+
+func newFake(t *testing.T) *fakeServer {
+	f := &fakeServer{updateOK: true}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.handle))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeServer) log() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+// completion answers /v1/completions: generation returns token ids 7, 8, 9
+// with log-probs -0.5 each; echo scoring returns -1 (or -2 once published
+// and not stale) for every prompt token.
+func (f *fakeServer) completion(w http.ResponseWriter, body map[string]any) {
+	prompts := [][]any{}
+	switch p := body["prompt"].(type) {
+	case []any:
+		if len(p) > 0 {
+			if _, nested := p[0].([]any); nested {
+				for _, x := range p {
+					prompts = append(prompts, x.([]any))
+				}
+			} else {
+				prompts = append(prompts, p)
+			}
+		}
+	}
+	var choices []map[string]any
+	for i, p := range prompts {
+		var toks []string
+		var lps []any
+		if body["echo"] == true {
+			v := -1.0
+			if f.published && !f.stale {
+				v = -2.0
+			}
+			for k, id := range p {
+				toks = append(toks, fmt.Sprintf("token_id:%d", int(id.(float64))))
+				if k == 0 {
+					lps = append(lps, nil)
+				} else {
+					lps = append(lps, v)
+				}
+			}
+		}
+		if body["echo"] != true || body["max_tokens"].(float64) > 0 {
+			for _, id := range []int{7, 8, 9} {
+				toks = append(toks, fmt.Sprintf("token_id:%d", id))
+				lps = append(lps, -0.5)
+			}
+		}
+		choices = append(choices, map[string]any{"index": i, "text": "abc", "finish_reason": "length",
+			"logprobs": map[string]any{"tokens": toks, "token_logprobs": lps}})
+	}
+	json.NewEncoder(w).Encode(map[string]any{"choices": choices, "usage": map[string]any{"prompt_tokens_details": map[string]any{"cached_tokens": 2}}})
+}
+
+func (f *fakeServer) handle(w http.ResponseWriter, r *http.Request) {
+	raw, _ := io.ReadAll(r.Body)
+	path := r.URL.Path
+	if r.URL.RawQuery != "" {
+		path += "?" + r.URL.RawQuery
+	}
+	f.mu.Lock()
+	f.calls = append(f.calls, strings.TrimSpace(r.Method+" "+path+" "+string(raw)))
+	fail := f.failPath == r.URL.Path && f.failN > 0
+	if fail {
+		f.failN--
+	}
+	f.mu.Unlock()
+	if fail {
+		w.WriteHeader(f.failStatus)
+		fmt.Fprintf(w, `{"error": {"message": "injected failure %d"}}`, f.failStatus)
+		return
+	}
+	var body map[string]any
+	json.Unmarshal(raw, &body)
+	switch r.URL.Path {
+	case "/health":
+	case "/v1/completions":
+		f.completion(w, body)
+	case "/update_weights_from_disk":
+		f.published = true
+		json.NewEncoder(w).Encode(map[string]any{"success": f.updateOK, "message": "ok or not"})
+	case "/collective_rpc", "/v1/load_lora_adapter":
+		f.published = true
+		fmt.Fprint(w, `{}`)
+	default:
+		fmt.Fprint(w, `{}`)
+	}
+}
+
+func TestGenerateAndScoreParseTokenIDs(t *testing.T) {
+	f := newFake(t)
+	cfg := DefaultConfig("vllm")
+	cfg.BaseURL, cfg.Model = f.srv.URL, "policy"
+	b, err := NewRemote(cfg, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := int64(3)
+	res, err := b.Generate(context.Background(), []GenRequest{{Prompt: []int{1, 2}, MaxTokens: 3, Seed: &seed}, {Prompt: []int{4}, MaxTokens: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || fmt.Sprint(res[0].IDs) != "[7 8 9]" || res[0].LogProbs[2] != -0.5 || res[0].CachedTokens != 2 {
+		t.Fatalf("results %+v", res)
+	}
+	sc, err := b.Score(context.Background(), [][]int{{1, 2, 3}, {4, 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !math.IsNaN(sc[0][0]) || sc[0][2] != -1 || len(sc[1]) != 2 {
+		t.Fatalf("scores %v", sc)
+	}
+	var gen map[string]any
+	for _, c := range f.log() {
+		if strings.HasPrefix(c, "POST /v1/completions") && strings.Contains(c, `"seed":3`) {
+			json.Unmarshal([]byte(strings.TrimPrefix(c, "POST /v1/completions ")), &gen)
+		}
+	}
+	if gen["return_tokens_as_token_ids"] != true || gen["logprobs"].(float64) != 0 || gen["model"] != "policy" {
+		t.Errorf("generation request %v", gen)
+	}
+}
+
+func TestVLLMReloadPublishSequence(t *testing.T) {
+	f := newFake(t)
+	served := t.TempDir()
+	newCkpt := t.TempDir()
+	os.WriteFile(filepath.Join(served, "model-00001-of-00002.safetensors"), []byte("old"), 0o644)
+	os.WriteFile(filepath.Join(served, "model.safetensors.index.json"), []byte("{}"), 0o644)
+	os.WriteFile(filepath.Join(newCkpt, "model.safetensors"), []byte("new weights"), 0o644)
+	os.WriteFile(filepath.Join(newCkpt, "config.json"), []byte(`{"a":1}`), 0o644)
+
+	cfg := DefaultConfig("vllm")
+	cfg.BaseURL, cfg.Model, cfg.ServedDir, cfg.Colocated = f.srv.URL, "policy", served, true
+	b, _ := NewRemote(cfg, testLog(t))
+	ctx := context.Background()
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(ctx, newCkpt, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"POST /sleep?level=2",
+		"POST /wake_up?tags=weights",
+		`POST /collective_rpc {"method":"reload_weights"}`,
+		"POST /wake_up?tags=kv_cache",
+		"POST /reset_prefix_cache",
+	}
+	if got := f.log(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("vLLM calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if b, _ := os.ReadFile(filepath.Join(served, "model.safetensors")); string(b) != "new weights" {
+		t.Errorf("served folder holds %q", b)
+	}
+	for _, gone := range []string{"model-00001-of-00002.safetensors", "model.safetensors.index.json"} {
+		if _, err := os.Stat(filepath.Join(served, gone)); err == nil {
+			t.Errorf("stale %s left in the served folder", gone)
+		}
+	}
+	// Not released: publish goes straight to reload.
+	f.mu.Lock()
+	f.calls = nil
+	f.mu.Unlock()
+	if err := b.Publish(ctx, newCkpt, "v2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.log(); len(got) != 2 || !strings.HasPrefix(got[0], "POST /collective_rpc") {
+		t.Errorf("publish without release: %v", got)
+	}
+}
+
+func TestVLLMLoRAPublish(t *testing.T) {
+	f := newFake(t)
+	a1, a2 := t.TempDir(), t.TempDir()
+	for _, d := range []string{a1, a2} {
+		os.WriteFile(filepath.Join(d, "adapter_config.json"), []byte(`{}`), 0o644)
+	}
+	cfg := DefaultConfig("vllm")
+	cfg.BaseURL, cfg.Model, cfg.VLLMPublish = f.srv.URL, "base", "lora"
+	b, _ := NewRemote(cfg, testLog(t))
+	ctx := context.Background()
+	if err := b.Publish(ctx, a1, "step-1"); err != nil {
+		t.Fatal(err)
+	}
+	b.Generate(ctx, []GenRequest{{Prompt: []int{1}, MaxTokens: 1}})
+	if err := b.Publish(ctx, a2, "step-2"); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(f.log(), "\n")
+	for _, w := range []string{
+		`POST /v1/load_lora_adapter {"load_inplace":true,"lora_name":"step-1","lora_path":"` + a1 + `"}`,
+		`"model":"step-1"`,
+		`POST /v1/load_lora_adapter {"load_inplace":true,"lora_name":"step-2","lora_path":"` + a2 + `"}`,
+		`POST /v1/unload_lora_adapter {"lora_name":"step-1"}`,
+	} {
+		if !strings.Contains(got, w) {
+			t.Errorf("calls lack %s:\n%s", w, got)
+		}
+	}
+	if err := b.Publish(ctx, t.TempDir(), "step-3"); err == nil || !strings.Contains(err.Error(), "adapter_config.json") {
+		t.Errorf("publishing a non-adapter: %v", err)
+	}
+}
+
+func TestSGLangPublishSequence(t *testing.T) {
+	f := newFake(t)
+	cfg := DefaultConfig("sglang")
+	cfg.BaseURL, cfg.Colocated = f.srv.URL, true
+	b, _ := NewRemote(cfg, testLog(t))
+	ctx := context.Background()
+	b.Release(ctx)
+	if err := b.Publish(ctx, "/ckpt/7", "7"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"POST /release_memory_occupation {}",
+		`POST /resume_memory_occupation {"tags":["weights"]}`,
+		`POST /update_weights_from_disk {"flush_cache":true,"model_path":"/ckpt/7","weight_version":"7"}`,
+		`POST /resume_memory_occupation {"tags":["kv_cache"]}`,
+	}
+	if got := f.log(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("SGLang calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	f.updateOK = false
+	if err := b.Publish(ctx, "/ckpt/8", "8"); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("refused update: %v", err)
+	}
+}
+
+func TestRetriesAndErrors(t *testing.T) {
+	f := newFake(t)
+	cfg := DefaultConfig("sglang")
+	cfg.BaseURL, cfg.RetryFor = f.srv.URL, 5*time.Second
+	b, _ := NewRemote(cfg, testLog(t))
+	ctx := context.Background()
+
+	f.failPath, f.failStatus, f.failN = "/v1/completions", 503, 2
+	if _, err := b.Generate(ctx, []GenRequest{{Prompt: []int{1}, MaxTokens: 3}}); err != nil {
+		t.Fatalf("two 503s then success: %v", err)
+	}
+	f.failPath, f.failStatus, f.failN = "/v1/completions", 429, 1
+	if _, err := b.Generate(ctx, []GenRequest{{Prompt: []int{1}, MaxTokens: 3}}); err != nil {
+		t.Fatalf("a 429 then success: %v", err)
+	}
+	f.failPath, f.failStatus, f.failN = "/v1/completions", 400, 5
+	n := len(f.log())
+	_, err := b.Generate(ctx, []GenRequest{{Prompt: []int{1}, MaxTokens: 3}})
+	if err == nil || !strings.Contains(err.Error(), "injected failure 400") || len(f.log()) != n+1 {
+		t.Errorf("400: err %v after %d calls (want one call, the server's message)", err, len(f.log())-n)
+	}
+
+	dead := DefaultConfig("vllm")
+	dead.BaseURL, dead.RetryFor = "http://127.0.0.1:1", 700*time.Millisecond
+	db, _ := NewRemote(dead, testLog(t))
+	start := time.Now()
+	err = db.Health(ctx)
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") || !errors.Is(err, ErrServer) {
+		t.Errorf("unreachable server: %v", err)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Errorf("gave up after %s; want about RetryFor", el)
+	}
+}
+
+func TestVerifyServedCatchesStaleWeights(t *testing.T) {
+	f := newFake(t)
+	cfg := DefaultConfig("sglang")
+	cfg.BaseURL = f.srv.URL
+	b, _ := NewRemote(cfg, testLog(t))
+	ctx := context.Background()
+	probe := []int{1, 2, 3}
+	want := []float64{0, -2, -2}
+	b.Publish(ctx, "/ckpt", "1")
+	if err := VerifyServed(ctx, b, probe, want, 1e-4); err != nil {
+		t.Fatalf("fresh weights: %v", err)
+	}
+	f.stale = true
+	if err := VerifyServed(ctx, b, probe, want, 1e-4); !errors.Is(err, ErrStaleWeights) {
+		t.Fatalf("stale weights: err = %v", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []Config{
+		{Kind: "tgi", MaxInFlight: 1, ScoreBatch: 1},
+		{Kind: "vllm", MaxInFlight: 1, ScoreBatch: 1},
+		{Kind: "vllm", BaseURL: "http://x", MaxInFlight: 0, ScoreBatch: 1},
+		{Kind: "vllm", BaseURL: "http://x", MaxInFlight: 1, ScoreBatch: 1, VLLMPublish: "nccl"},
+		{Kind: "sglang", BaseURL: "http://x", MaxInFlight: 1, ScoreBatch: 1, APIKeyEnv: "SEEDCTL_TEST_NO_SUCH_VAR"},
+	} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+}

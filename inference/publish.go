@@ -1,0 +1,249 @@
+package inference
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/rs/zerolog"
+)
+
+// NewRemote returns a backend for an already running vLLM or SGLang server.
+func NewRemote(cfg Config, log zerolog.Logger) (Backend, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	o := newOpenAICompat(cfg, log)
+	switch cfg.Kind {
+	case "vllm":
+		return &vllmBackend{openAICompat: o}, nil
+	case "sglang":
+		return &sglangBackend{openAICompat: o}, nil
+	}
+	return nil, fmt.Errorf("inference: NewRemote does not start %s servers; use NewEmbedded", cfg.Kind)
+}
+
+// ---- SGLang (and the embedded server, which speaks its publish call) ------
+
+type sglangBackend struct {
+	*openAICompat
+	mu       sync.Mutex
+	released bool
+	stop     func() error // set when seedctl started the server
+}
+
+type sglangReply struct {
+	Success bool   `json:"success"`
+	Message string `json:"message"`
+}
+
+func (b *sglangBackend) Release(ctx context.Context) error {
+	if !b.cfg.Colocated {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.released {
+		return nil
+	}
+	if err := b.http.do(ctx, "POST", "/release_memory_occupation", map[string]any{}, nil); err != nil {
+		return fmt.Errorf("releasing the server's memory: %w", err)
+	}
+	b.released = true
+	return nil
+}
+
+func (b *sglangBackend) Publish(ctx context.Context, dir, version string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.released {
+		if err := b.http.do(ctx, "POST", "/resume_memory_occupation", map[string]any{"tags": []string{"weights"}}, nil); err != nil {
+			return fmt.Errorf("publishing %s: resuming weight memory: %w", dir, err)
+		}
+	}
+	var r sglangReply
+	err := b.http.do(ctx, "POST", "/update_weights_from_disk", map[string]any{"model_path": dir, "weight_version": version, "flush_cache": true}, &r)
+	if err != nil {
+		return fmt.Errorf("publishing %s: %w", dir, err)
+	}
+	if !r.Success {
+		return fmt.Errorf("publishing %s: the server refused: %s: %w", dir, r.Message, ErrServer)
+	}
+	if b.released {
+		if err := b.http.do(ctx, "POST", "/resume_memory_occupation", map[string]any{"tags": []string{"kv_cache"}}, nil); err != nil {
+			return fmt.Errorf("publishing %s: resuming KV-cache memory: %w", dir, err)
+		}
+		b.released = false
+	}
+	b.log.Info().Str("dir", dir).Str("version", version).Msg("published weights")
+	return nil
+}
+
+func (b *sglangBackend) Close() error {
+	if b.stop != nil {
+		return b.stop()
+	}
+	return nil
+}
+
+// ---- vLLM -----------------------------------------------------------------
+
+type vllmBackend struct {
+	*openAICompat
+	mu       sync.Mutex
+	released bool
+	lora     string // adapter being served ("lora" mode)
+	stop     func() error
+}
+
+func (b *vllmBackend) Release(ctx context.Context) error {
+	if !b.cfg.Colocated || b.cfg.VLLMPublish != "reload" {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.released {
+		return nil
+	}
+	// Level 2 drops the weights too; they are reloaded from disk on publish.
+	if err := b.http.do(ctx, "POST", "/sleep?level=2", nil, nil); err != nil {
+		return fmt.Errorf("putting vLLM to sleep: %w", err)
+	}
+	b.released = true
+	return nil
+}
+
+func (b *vllmBackend) Publish(ctx context.Context, dir, version string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cfg.VLLMPublish == "lora" {
+		return b.publishLoRA(ctx, dir, version)
+	}
+	// reload_weights reads the folder vLLM was started from.
+	if b.cfg.ServedDir == "" {
+		return fmt.Errorf("publishing %s to vLLM: served_dir (the folder vLLM was started from) is not set", dir)
+	}
+	if filepath.Clean(dir) != filepath.Clean(b.cfg.ServedDir) {
+		if err := replaceWeights(dir, b.cfg.ServedDir); err != nil {
+			return fmt.Errorf("publishing %s to vLLM: %w", dir, err)
+		}
+	}
+	steps := []struct{ path, what string }{}
+	if b.released {
+		steps = append(steps, struct{ path, what string }{"/wake_up?tags=weights", "waking the weights"})
+	}
+	steps = append(steps, struct{ path, what string }{"/collective_rpc", "reloading weights"})
+	if b.released {
+		steps = append(steps, struct{ path, what string }{"/wake_up?tags=kv_cache", "waking the KV cache"})
+	}
+	steps = append(steps, struct{ path, what string }{"/reset_prefix_cache", "resetting the prefix cache"})
+	for _, s := range steps {
+		var body any
+		if s.path == "/collective_rpc" {
+			body = map[string]any{"method": "reload_weights"}
+		}
+		if err := b.http.do(ctx, "POST", s.path, body, nil); err != nil {
+			return fmt.Errorf("publishing %s to vLLM: %s: %w", dir, s.what, err)
+		}
+	}
+	b.released = false
+	b.log.Info().Str("dir", dir).Str("version", version).Msg("published weights to vLLM")
+	return nil
+}
+
+func (b *vllmBackend) publishLoRA(ctx context.Context, dir, version string) error {
+	if _, err := os.Stat(filepath.Join(dir, "adapter_config.json")); err != nil {
+		return fmt.Errorf("publishing %s as a LoRA adapter: %w (vllm_publish=lora needs adapter checkpoints)", dir, err)
+	}
+	body := map[string]any{"lora_name": version, "lora_path": dir, "load_inplace": true}
+	if err := b.http.do(ctx, "POST", "/v1/load_lora_adapter", body, nil); err != nil {
+		return fmt.Errorf("publishing %s as LoRA adapter %s: %w", dir, version, err)
+	}
+	prev := b.lora
+	b.lora = version
+	b.setModel(version)
+	if prev != "" && prev != version {
+		if err := b.http.do(ctx, "POST", "/v1/unload_lora_adapter", map[string]any{"lora_name": prev}, nil); err != nil {
+			b.log.Warn().Err(err).Str("adapter", prev).Msg("unloading the previous adapter failed")
+		}
+	}
+	return nil
+}
+
+func (b *vllmBackend) Close() error {
+	if b.stop != nil {
+		return b.stop()
+	}
+	return nil
+}
+
+// replaceWeights puts the checkpoint files of src into dst (config, weights,
+// index), removing weight shards of dst that src does not have. Each file
+// is copied to a temporary name and renamed.
+func replaceWeights(src, dst string) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !(strings.HasSuffix(name, ".safetensors") || strings.HasSuffix(name, ".json")) {
+			continue
+		}
+		keep[name] = true
+		if err := copyFileAtomic(filepath.Join(src, name), filepath.Join(dst, name)); err != nil {
+			return err
+		}
+	}
+	if len(keep) == 0 {
+		return fmt.Errorf("%s holds no checkpoint files", src)
+	}
+	old, err := os.ReadDir(dst)
+	if err != nil {
+		return err
+	}
+	for _, e := range old {
+		if strings.HasSuffix(e.Name(), ".safetensors") && !keep[e.Name()] {
+			if err := os.Remove(filepath.Join(dst, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if !keep["model.safetensors.index.json"] {
+		if err := os.Remove(filepath.Join(dst, "model.safetensors.index.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFileAtomic(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
+}
