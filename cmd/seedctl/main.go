@@ -68,6 +68,7 @@ func newApp() *cli.App {
 			versionCommand(),
 			doctorCommand(),
 			modelCommand(),
+			serveCommand(),
 		},
 	}
 }

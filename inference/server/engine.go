@@ -125,6 +125,7 @@ type genJob struct {
 	stopIDs   map[int]bool
 	stops     []string
 	ignoreEOS bool
+	keepSpec  bool // stop strings see special tokens (skip_special_tokens false)
 	events    chan genEvent
 
 	snap   *snapshot
@@ -488,12 +489,9 @@ func hitsStop(j *genJob) bool {
 	for i, g := range j.gen {
 		ids[i] = g.ID
 	}
-	b, err := j.snap.tok.DecodeBytes(ids, tokenizer.DecodeOptions{SkipSpecial: true})
-	if err != nil {
-		return false
-	}
+	text := decodeText(j.snap.tok, ids, !j.keepSpec, true)
 	for _, s := range j.stops {
-		if strings.Contains(string(b), s) {
+		if strings.Contains(text, s) {
 			return true
 		}
 	}
@@ -629,16 +627,27 @@ func (e *Engine) runScore(s *scoreJob) {
 // nanValue marks the first prompt token, which has no log-prob.
 var nanValue = math.NaN()
 
-// decodeText decodes generated ids, holding back an incomplete UTF-8 tail.
-func decodeText(tok *tokenizer.Tokenizer, ids []int) string {
-	b, err := tok.DecodeBytes(ids, tokenizer.DecodeOptions{SkipSpecial: true})
+// decodeText decodes generated ids. Unless final, an incomplete character
+// at the end is held back (the next token may complete it); other invalid
+// bytes become U+FFFD, as Hugging Face decodes them.
+func decodeText(tok *tokenizer.Tokenizer, ids []int, skipSpecial, final bool) string {
+	b, err := tok.DecodeBytes(ids, tokenizer.DecodeOptions{SkipSpecial: skipSpecial})
 	if err != nil {
 		return ""
 	}
-	for len(b) > 0 && !utf8.Valid(b) {
-		b = b[:len(b)-1]
+	if !final {
+		for k := 1; k <= 3 && k <= len(b); k++ {
+			if r := b[len(b)-k]; r >= 0xC0 { // a lead byte
+				if !utf8.FullRune(b[len(b)-k:]) {
+					b = b[:len(b)-k]
+				}
+				break
+			} else if r < 0x80 {
+				break
+			}
+		}
 	}
-	return string(b)
+	return strings.ToValidUTF8(string(b), "\uFFFD")
 }
 
 // checkModelDir reports whether dir looks like a checkpoint, before loading.

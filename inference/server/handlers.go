@@ -174,7 +174,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		if rs == nil {
 			rs = snap
 		}
-		text := truncateAtStop(decodeText(rs.tok, genIDs(res.gen)), p.stops)
+		text := truncateAtStop(decodeText(rs.tok, genIDs(res.gen), p.skipSpecial, true), p.stops)
 		var lps *completionLogprobs
 		if req.Logprobs != nil {
 			lps = &completionLogprobs{}
@@ -262,11 +262,11 @@ type textStream struct {
 	sent map[int]int
 }
 
-func (t *textStream) delta(idx int, r *choiceResult, stops []string, final bool) string {
+func (t *textStream) delta(idx int, r *choiceResult, stops []string, skipSpecial, final bool) string {
 	if t.sent == nil {
 		t.sent = map[int]int{}
 	}
-	text := truncateAtStop(decodeText(t.tok, genIDs(r.gen)), stops)
+	text := truncateAtStop(decodeText(t.tok, genIDs(r.gen), skipSpecial, final), stops)
 	upto := len(text)
 	if !final {
 		for _, s := range stops {
@@ -291,7 +291,7 @@ func (s *Server) streamCompletions(w http.ResponseWriter, r *http.Request, id st
 	snap := s.eng.snap()
 	ts := &textStream{tok: snap.tok}
 	_, err := s.generate(r.Context(), prompts, p, top, func(idx int, ev genEvent, res *choiceResult) error {
-		ch := map[string]any{"index": idx, "text": ts.delta(idx, res, p.stops, ev.done), "logprobs": nil, "finish_reason": nil}
+		ch := map[string]any{"index": idx, "text": ts.delta(idx, res, p.stops, p.skipSpecial, ev.done), "logprobs": nil, "finish_reason": nil}
 		if ev.tok != nil && req.Logprobs != nil {
 			v := ev.tok.LogProb
 			lps := &completionLogprobs{}
@@ -452,7 +452,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	choices := make([]map[string]any, len(results))
 	for i, res := range results {
 		rs := res.snap
-		text := truncateAtStop(decodeText(rs.tok, genIDs(res.gen)), p.stops)
+		text := truncateAtStop(decodeText(rs.tok, genIDs(res.gen), p.skipSpecial, true), p.stops)
 		ch := map[string]any{"index": res.index, "message": map[string]any{"role": "assistant", "content": text}, "logprobs": nil, "finish_reason": res.finish}
 		if req.Logprobs {
 			content := make([]chatTokenLogprob, len(res.gen))
@@ -485,7 +485,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, id string, c
 	}
 	_, err := s.generate(r.Context(), prompts, p, top, func(idx int, ev genEvent, res *choiceResult) error {
 		ch := map[string]any{"index": idx, "delta": map[string]any{}, "logprobs": nil, "finish_reason": nil}
-		if d := ts.delta(idx, res, p.stops, ev.done); d != "" {
+		if d := ts.delta(idx, res, p.stops, p.skipSpecial, ev.done); d != "" {
 			ch["delta"] = map[string]any{"content": d}
 		}
 		if ev.tok != nil && logprobs {

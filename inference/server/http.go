@@ -274,23 +274,28 @@ type genParams struct {
 	StopTokenIDs     []int           `json:"stop_token_ids"`
 	N                *int            `json:"n"`
 	IgnoreEOS        bool            `json:"ignore_eos"`
+	SkipSpecial      *bool           `json:"skip_special_tokens"`
 	Stream           bool            `json:"stream"`
 	PresencePenalty  *float64        `json:"presence_penalty"`
 	FrequencyPenalty *float64        `json:"frequency_penalty"`
 }
 
 type parsedGen struct {
-	maxTokens int
-	params    samplingParams
-	seed      *int64
-	stops     []string
-	stopIDs   map[int]bool
-	n         int
-	ignoreEOS bool
+	maxTokens   int
+	params      samplingParams
+	seed        *int64
+	stops       []string
+	stopIDs     map[int]bool
+	n           int
+	ignoreEOS   bool
+	skipSpecial bool
 }
 
 func (g genParams) parse(defaultMax int, vocab int) (parsedGen, error) {
-	p := parsedGen{maxTokens: defaultMax, n: 1, seed: g.Seed, ignoreEOS: g.IgnoreEOS, params: samplingParams{Temperature: 1, TopP: 1}}
+	p := parsedGen{maxTokens: defaultMax, n: 1, seed: g.Seed, ignoreEOS: g.IgnoreEOS, skipSpecial: true, params: samplingParams{Temperature: 1, TopP: 1}}
+	if g.SkipSpecial != nil {
+		p.skipSpecial = *g.SkipSpecial
+	}
 	if g.MaxCompletion != nil {
 		g.MaxTokens = g.MaxCompletion
 	}
@@ -391,7 +396,7 @@ func (s *Server) generate(ctx context.Context, prompts [][]int, p parsedGen, top
 			}
 			j := &genJob{
 				ctx: ctx, prompt: prompt, maxTokens: p.maxTokens, seed: seed, stops: p.stops,
-				stopIDs: p.stopIDs, ignoreEOS: p.ignoreEOS, events: make(chan genEvent, 64),
+				stopIDs: p.stopIDs, ignoreEOS: p.ignoreEOS, keepSpec: !p.skipSpecial, events: make(chan genEvent, 64),
 				params: samplingParams{Temperature: p.params.Temperature, TopP: p.params.TopP, TopK: p.params.TopK, TopLogprobs: topLogprobs},
 			}
 			if err := s.eng.submit(ctx, j); err != nil {

@@ -245,7 +245,7 @@ func TestChatStreamMatchesNonStream(t *testing.T) {
 	s := newTestServer(t, nil)
 	body := map[string]any{
 		"model": "tiny", "messages": []map[string]any{{"role": "user", "content": "Your task is to: put a mug in the fridge."}},
-		"max_tokens": 12, "temperature": 0, "logprobs": true, "top_logprobs": 2,
+		"max_tokens": 12, "temperature": 0, "logprobs": true, "top_logprobs": 2, "skip_special_tokens": false,
 	}
 	code, resp := post(t, s.url+"/v1/chat/completions", body)
 	if code != 200 {
@@ -273,7 +273,7 @@ func TestChatStreamMatchesNonStream(t *testing.T) {
 			finish = f
 		}
 	}
-	if got.String() != want || finish == "" {
+	if want == "" || got.String() != want || finish == "" {
 		t.Errorf("stream text %q (finish %q), non-stream %q", got.String(), finish, want)
 	}
 }
