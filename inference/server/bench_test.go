@@ -1,0 +1,109 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/tokenizer"
+	"github.com/seedctl/seedctl/trainer"
+)
+
+// benchServer serves a small Qwen2 (4 layers, hidden 128, BPE vocabulary).
+func benchServer(b *testing.B) *Server {
+	dir := filepath.Join(b.TempDir(), "bench")
+	tc := tokenizer.DefaultTrainConfig()
+	tc.VocabSize = 1024
+	var corpus []string
+	for i := 0; i < 400; i++ {
+		corpus = append(corpus, fmt.Sprintf("You arrive at cabinet %d. On the cabinet %d, you see a mug %d and a %s.", i%13, i%13, i%7, []string{"spoon", "plate", "apple", "egg", "book"}[i%5]))
+	}
+	tok, err := tokenizer.TrainBPE(corpus, tc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := &trainer.ModelConfig{
+		Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: tok.VocabSize(),
+		HiddenSize: 128, IntermediateSize: 352, NumHiddenLayers: 4, NumAttentionHeads: 4, NumKeyValueHeads: 2,
+		MaxPositionEmbeddings: 2048, RMSNormEps: 1e-6, RopeTheta: 1e6, HiddenAct: "silu", InitializerRange: 0.02, TieWordEmbeddings: true,
+	}
+	m, err := trainer.InitRandom(cfg, trainer.ModelOptions{}, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tcfg := &tokenizer.Config{EOSToken: "<|im_end|>", PadToken: "<|endoftext|>", ChatTemplate: tokenizer.Qwen25ChatTemplate}
+	if err := m.Save(dir, trainer.SaveOptions{WriteExtra: func(tmp string) error { return tokenizer.Save(tmp, tok, tcfg) }}); err != nil {
+		b.Fatal(err)
+	}
+	m.Close()
+	c := DefaultConfig(dir)
+	c.PrefixCacheEntries = 0
+	s, err := New(c, zerolog.Nop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Shutdown(context.Background()) })
+	return s
+}
+
+// BenchmarkServe measures generated tokens/s with 1, 4, 16 and 64
+// concurrent requests (64 new tokens each after a 48-token prompt), the
+// batched/single throughput ratio, and teacher-forced scoring tokens/s, all
+// in one run.
+//
+//	go test ./inference/server -run '^$' -bench Serve -benchtime 1x
+func BenchmarkServe(b *testing.B) {
+	s := benchServer(b)
+	const newTokens, promptLen = 64, 48
+	vocab := s.eng.snap().model.Config().VocabSize
+	prompt := make([]int, promptLen)
+	for i := range prompt {
+		prompt[i] = (i*37 + 11) % vocab
+	}
+	p := parsedGen{maxTokens: newTokens, n: 1, ignoreEOS: true, params: samplingParams{Temperature: 1, TopP: 1}}
+	rate := map[int]float64{}
+	for i := 0; i < b.N; i++ {
+		for _, conc := range []int{1, 4, 16, 64} {
+			start := time.Now()
+			var wg sync.WaitGroup
+			errs := make(chan error, conc)
+			for c := 0; c < conc; c++ {
+				wg.Add(1)
+				go func(c int) {
+					defer wg.Done()
+					pp := p
+					seed := int64(c)
+					pp.seed = &seed
+					if _, err := s.generate(context.Background(), [][]int{prompt}, pp, 0, nil); err != nil {
+						errs <- err
+					}
+				}(c)
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				b.Fatal(err)
+			}
+			rate[conc] = float64(conc*newTokens) / time.Since(start).Seconds()
+		}
+	}
+	for _, conc := range []int{1, 4, 16, 64} {
+		b.ReportMetric(rate[conc], fmt.Sprintf("tok/s@%d", conc))
+	}
+	b.ReportMetric(rate[64]/rate[1], "batched64/single")
+
+	seqs := make([][]int, 32)
+	for i := range seqs {
+		seqs[i] = append(append([]int(nil), prompt...), prompt...)
+	}
+	start := time.Now()
+	if _, _, err := s.eng.score(context.Background(), seqs); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(32*2*promptLen)/time.Since(start).Seconds(), "score-tok/s")
+}
