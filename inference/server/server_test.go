@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -433,5 +434,67 @@ func TestAPIKey(t *testing.T) {
 	}
 	if r, err := http.Get(s.url + "/health"); err != nil || r.StatusCode != 200 {
 		t.Errorf("health needs no key: %v %v", r, err)
+	}
+}
+
+// TestInFlightRequestKeepsItsWeights: a generation that started before a
+// weight update finishes on the weights it started with.
+func TestInFlightRequestKeepsItsWeights(t *testing.T) {
+	s := newTestServer(t, nil)
+	ctx := context.Background()
+	// A one-slot channel read slowly keeps the sequence in flight while the
+	// swap happens.
+	j := &genJob{ctx: ctx, prompt: prompt, maxTokens: 40, ignoreEOS: true, events: make(chan genEvent, 1), params: samplingParams{Temperature: 0}}
+	if err := s.eng.submit(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	dir2 := filepath.Join(t.TempDir(), "v2")
+	m2 := writeTiny(t, dir2, 77)
+	swapped := make(chan error, 1)
+	go func() { swapped <- s.eng.Swap(ctx, dir2, "v2") }()
+	var gen []int
+	swapAt := -1
+	for ev := range j.events {
+		if swapAt < 0 {
+			select {
+			case err := <-swapped:
+				if err != nil {
+					t.Fatal(err)
+				}
+				swapAt = len(gen)
+			default:
+			}
+		}
+		if ev.done {
+			if ev.err != nil || ev.snap.version != "0" {
+				t.Fatalf("end %+v (version %q)", ev, ev.snap.version)
+			}
+			break
+		}
+		gen = append(gen, ev.tok.ID)
+		time.Sleep(5 * time.Millisecond)
+	}
+	if swapAt < 0 {
+		if err := <-swapped; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if swapAt < 0 || swapAt >= 39 {
+		t.Fatalf("the swap landed after token %d of 40: the test did not overlap them", swapAt)
+	}
+	t.Logf("weights swapped after token %d of 40", swapAt)
+	if len(gen) != 40 {
+		t.Fatalf("%d tokens", len(gen))
+	}
+	want, _ := s.model.Greedy(prompt, 40, nil, false)
+	if fmt.Sprint(gen) != fmt.Sprint(want) {
+		t.Errorf("in-flight generation changed after the swap:\n got %v\nold %v", gen, want)
+	}
+	// New requests see the new weights.
+	_, resp := post(t, s.url+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 5, "temperature": 0, "ignore_eos": true, "logprobs": 0, "return_tokens_as_token_ids": true})
+	ids, _ := completionIDs(t, choices(t, resp)[0])
+	want2, _ := m2.Greedy(prompt, 5, nil, false)
+	if fmt.Sprint(ids) != fmt.Sprint(want2) {
+		t.Errorf("after the swap: %v, new weights give %v", ids, want2)
 	}
 }
