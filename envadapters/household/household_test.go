@@ -1,0 +1,294 @@
+package household
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/seedctl/seedctl/envadapters"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata golden transcripts")
+
+func newEnv(t testing.TB) *Env {
+	t.Helper()
+	b, err := envadapters.Lookup(Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := b.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.(*Env)
+}
+
+// runExpert plays one task with the expert and returns the transcript.
+func runExpert(t testing.TB, e *Env, task envadapters.Task) (string, bool, int) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := e.Reset(ctx, task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := builtin{}.Expert(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n", st.Observation)
+	for !st.Done {
+		a, err := x.Act()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", task.ID, err, b.String())
+		}
+		admissible := false
+		for _, ad := range st.Admissible {
+			admissible = admissible || ad == a
+		}
+		if !admissible {
+			t.Fatalf("%s: expert action %q is not admissible (%v)\n%s", task.ID, a, st.Admissible, b.String())
+		}
+		if st, err = e.Step(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "> %s\n%s\n", a, st.Observation)
+	}
+	return b.String(), st.Won, e.steps
+}
+
+// TestExpertSolvesEverySplit: the scripted expert wins every task it is
+// given, in every split, within the 30-step limit.
+func TestExpertSolvesEverySplit(t *testing.T) {
+	e := newEnv(t)
+	n := 600
+	if testing.Short() {
+		n = 60
+	}
+	for _, split := range envadapters.Splits {
+		tasks, err := builtin{}.Tasks(split, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxSteps, byFam := 0, map[string]int{}
+		for _, task := range tasks {
+			tr, won, steps := runExpert(t, e, task)
+			if !won {
+				t.Fatalf("%s (%s) not solved:\n%s", task.ID, task.Family, tr)
+			}
+			maxSteps = max(maxSteps, steps)
+			byFam[task.Family]++
+		}
+		t.Logf("%s: expert solved %d/%d tasks, longest %d steps, families %v", split, n, n, maxSteps, byFam)
+		if len(byFam) != 6 {
+			t.Errorf("%s covers %d families, want 6", split, len(byFam))
+		}
+	}
+}
+
+// TestRandomPolicyIsWeak reports a uniformly random admissible-action
+// policy's success per family; it must stay low for the tasks to mean
+// anything.
+func TestRandomPolicyIsWeak(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	tasks, _ := builtin{}.Tasks(envadapters.EvalSeen, 300)
+	r := rand.New(rand.NewPCG(1, 2))
+	wins, totals := map[string]int{}, map[string]int{}
+	all := 0
+	for _, task := range tasks {
+		st, _ := e.Reset(ctx, task)
+		for !st.Done {
+			st, _ = e.Step(ctx, st.Admissible[r.IntN(len(st.Admissible))])
+		}
+		totals[task.Family]++
+		if st.Won {
+			wins[task.Family]++
+			all++
+		}
+	}
+	for _, f := range Families {
+		t.Logf("random policy, %s: %d/%d", f, wins[f], totals[f])
+	}
+	if rate := float64(all) / float64(len(tasks)); rate > 0.15 {
+		t.Errorf("random policy wins %.0f%% of tasks: too easy", 100*rate)
+	}
+}
+
+func TestGoldenTranscripts(t *testing.T) {
+	e := newEnv(t)
+	for _, split := range envadapters.Splits {
+		tasks, _ := builtin{}.Tasks(split, 6)
+		var b strings.Builder
+		for _, task := range tasks {
+			tr, _, _ := runExpert(t, e, task)
+			fmt.Fprintf(&b, "=== %s (%s, difficulty %d)\n%s\n", task.ID, task.Family, task.Difficulty, tr)
+		}
+		path := filepath.Join("testdata", string(split)+".golden")
+		if *update {
+			if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (run go test -update once)", err)
+		}
+		if b.String() != string(want) {
+			t.Errorf("%s transcripts differ from %s (same seed must give the same tasks); rerun with -update if the change is intended", split, path)
+		}
+	}
+}
+
+func TestSplitsAreDisjointAndHoldOut(t *testing.T) {
+	train := map[string]bool{}
+	for i := 0; i < 4000; i++ {
+		train[Signature(envadapters.Train, i)] = true
+	}
+	for i := 0; i < splitSizes[envadapters.EvalSeen]; i++ {
+		if train[Signature(envadapters.EvalSeen, i)] {
+			t.Fatalf("eval_seen task %d is also a training task", i)
+		}
+	}
+	seenLayouts := map[string]bool{}
+	for i := 0; i < 500; i++ {
+		w := generate(envadapters.Train, i)
+		seenLayouts[w.layout] = true
+		for _, o := range w.objects {
+			if unseenObjects[o.typ] {
+				t.Fatalf("train task %d contains held-out object %s", i, o.typ)
+			}
+		}
+	}
+	heldOutGoal := 0
+	for i := 0; i < 500; i++ {
+		w := generate(envadapters.EvalUnseen, i)
+		if seenLayouts[w.layout] {
+			t.Fatalf("eval_unseen task %d uses the training layout %s", i, w.layout)
+		}
+		if unseenObjects[w.goal.obj] {
+			heldOutGoal++
+		}
+	}
+	if heldOutGoal == 0 {
+		t.Error("no eval_unseen task is about a held-out object type")
+	}
+	t.Logf("eval_unseen: %d/500 tasks about held-out object types; train layouts %v", heldOutGoal, seenLayouts)
+	// Variety: many distinct rooms.
+	if len(train) < 3990 {
+		t.Errorf("only %d distinct rooms among 4000 training tasks", len(train))
+	}
+}
+
+func TestFeedbackText(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	task := taskFor(envadapters.Train, 2) // a heat task
+	st, _ := e.Reset(ctx, task)
+	if !strings.HasPrefix(st.Observation, "You are in the middle of a room. Looking quickly around you, you see a ") ||
+		!strings.Contains(st.Observation, "\n\nYour task is to: ") {
+		t.Fatalf("intro %q", st.Observation)
+	}
+	for _, tc := range []struct{ action, want string }{
+		{"dance", NothingHappens},
+		{"", NothingHappens},
+		{"take mug 99 from cabinet 1", NothingHappens},
+		{"inventory", "You are not carrying anything."},
+	} {
+		st, _ = e.Step(ctx, tc.action)
+		if st.Observation != tc.want {
+			t.Errorf("%q → %q, want %q", tc.action, st.Observation, tc.want)
+		}
+		if (tc.want == NothingHappens) != st.Invalid {
+			t.Errorf("%q: invalid=%v", tc.action, st.Invalid)
+		}
+	}
+	// Going somewhere gives ALFWorld's arrival text.
+	var fridge string
+	for _, rc := range e.w.receps {
+		if rc.typ == "fridge" {
+			fridge = rc.name
+		}
+	}
+	if fridge != "" {
+		st, _ = e.Step(ctx, "Go to "+strings.ToUpper(fridge)+".")
+		if st.Observation != fmt.Sprintf("You arrive at %s. The %s is closed.", fridge, fridge) {
+			t.Errorf("arrival %q", st.Observation)
+		}
+		st, _ = e.Step(ctx, "open "+fridge)
+		if !strings.HasPrefix(st.Observation, "You open the "+fridge+". The "+fridge+" is open. In it, you see ") {
+			t.Errorf("open %q", st.Observation)
+		}
+	}
+}
+
+func TestStepLimitAndOptions(t *testing.T) {
+	b := builtin{}
+	e, err := b.New(envadapters.Options{"max_steps": "3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st, _ := e.Reset(ctx, taskFor(envadapters.Train, 0))
+	for i := 0; i < 3; i++ {
+		st, _ = e.Step(ctx, "look")
+	}
+	if !st.Done || st.Won || st.Reward != 0 {
+		t.Errorf("after 3 steps of 3: %+v", st)
+	}
+	for _, bad := range []envadapters.Options{{"max_steps": "0"}, {"max_steps": "x"}, {"color": "red"}} {
+		if _, err := b.New(bad); err == nil {
+			t.Errorf("options %v accepted", bad)
+		}
+	}
+	if _, err := e.Reset(ctx, envadapters.Task{Split: "test", Index: 0}); err == nil {
+		t.Error("reset to an unknown split accepted")
+	}
+	if _, err := (&Env{maxSteps: 5}).Step(ctx, "look"); err != ErrNotReset {
+		t.Errorf("step before reset: %v", err)
+	}
+}
+
+// FuzzStep: no action string, however strange, panics or counts as valid
+// unless it names something real.
+func FuzzStep(f *testing.F) {
+	for _, s := range []string{"go to cabinet 1", "take mug 1 from countertop 1", "move  apple 1 to", "heat with", "use", "examine", "\x00\xff", "ｇｏ ｔｏ", strings.Repeat("open ", 1000), "put apple 1 in/on fridge 1", "😀"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, action string) {
+		e := newEnv(t)
+		ctx := context.Background()
+		st, _ := e.Reset(ctx, taskFor(envadapters.Train, len(action)%50))
+		st, err := e.Step(ctx, action)
+		if err != nil {
+			t.Fatalf("Step(%q): %v", action, err)
+		}
+		if st.Invalid && st.Observation != NothingHappens {
+			t.Fatalf("invalid %q gave %q", action, st.Observation)
+		}
+		if st.Observation == "" {
+			t.Fatalf("empty observation for %q", action)
+		}
+	})
+}
+
+func BenchmarkStep(b *testing.B) {
+	e := newEnv(b)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(3, 4))
+	st, _ := e.Reset(ctx, taskFor(envadapters.Train, 0))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if st.Done {
+			st, _ = e.Reset(ctx, taskFor(envadapters.Train, i%1000))
+		}
+		st, _ = e.Step(ctx, st.Admissible[r.IntN(len(st.Admissible))])
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
+}
