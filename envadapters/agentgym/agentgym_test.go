@@ -1,0 +1,261 @@
+package agentgym
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/envadapters/household"
+)
+
+func householdServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	b, err := envadapters.Lookup(household.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewServer(b, envadapters.EvalSeen, nil, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	return hs
+}
+
+// TestClientAgainstOwnServer plays expert episodes through the protocol:
+// our client, our server, the household built-in behind it.
+func TestClientAgainstOwnServer(t *testing.T) {
+	hs := householdServer(t)
+	b, _ := envadapters.Lookup(household.Name)
+	tasks, _ := b.Tasks(envadapters.EvalSeen, 12)
+	ctx := context.Background()
+	c, err := New(DefaultConfig(hs.URL, ALFWorld))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	local, _ := b.New(nil)
+	for _, task := range tasks {
+		remote, err := c.Reset(ctx, envadapters.Task{Index: task.Index})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lst, _ := local.Reset(ctx, task)
+		if remote.Observation != lst.Observation || strings.Join(remote.Admissible, "|") != strings.Join(lst.Admissible, "|") {
+			t.Fatalf("task %d: remote reset differs from local", task.Index)
+		}
+		x, _ := b.Expert(local)
+		for !lst.Done {
+			a, err := x.Act()
+			if err != nil {
+				t.Fatal(err)
+			}
+			lst, _ = local.Step(ctx, a)
+			rst, err := c.Step(ctx, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rst.Observation != lst.Observation || rst.Done != lst.Done || rst.Reward != lst.Reward {
+				t.Fatalf("task %d, %q: remote %+v, local %+v", task.Index, a, rst, lst)
+			}
+		}
+		if !lst.Won {
+			t.Fatalf("task %d not won", task.Index)
+		}
+	}
+}
+
+func postJSON(t *testing.T, url, body string) map[string]any {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST %s: HTTP %d", url, resp.StatusCode)
+	}
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestServerDocumentedJSON checks the exact shapes AgentGym clients expect.
+func TestServerDocumentedJSON(t *testing.T) {
+	hs := householdServer(t)
+	c := postJSON(t, hs.URL+"/create", `{}`)
+	if c["id"] != float64(0) {
+		t.Fatalf("/create → %v", c)
+	}
+	r := postJSON(t, hs.URL+"/reset", `{"id": 0, "game": 3, "world_type": "Text"}`)
+	if _, ok := r["observation"].(string); !ok || r["task_type"] == "" {
+		t.Fatalf("/reset → %v", r)
+	}
+	if acts, ok := r["available_actions"].([]any); !ok || len(acts) == 0 {
+		t.Fatalf("/reset available_actions %v", r["available_actions"])
+	}
+	s := postJSON(t, hs.URL+"/step", `{"id": 0, "action": "look"}`)
+	for _, k := range []string{"observation", "reward", "available_actions", "done"} {
+		if _, ok := s[k]; !ok {
+			t.Errorf("/step lacks %q: %v", k, s)
+		}
+	}
+	s = postJSON(t, hs.URL+"/step", `{"id": 0, "action": "fly to the moon"}`)
+	if s["observation"] != household.NothingHappens {
+		t.Errorf("garbage action → %v", s)
+	}
+	for _, bad := range []struct{ path, body, want string }{
+		{"/step", `{"id": 42, "action": "look"}`, "no environment with id 42"},
+		{"/reset", `{"id": 0, "game": 999999}`, "game must be in"},
+		{"/step", `{"id": 0`, "malformed JSON"},
+		{"/step", `{"id": 0}`, "missing action"},
+	} {
+		out := postJSON(t, hs.URL+bad.path, bad.body)
+		if e, _ := out["error"].(string); !strings.Contains(e, bad.want) {
+			t.Errorf("%s %s → %v; want error %q", bad.path, bad.body, out, bad.want)
+		}
+	}
+	resp, _ := http.Get(hs.URL + "/available_actions?id=0")
+	var av map[string]any
+	json.NewDecoder(resp.Body).Decode(&av)
+	resp.Body.Close()
+	if _, ok := av["available_actions"].([]any); !ok {
+		t.Errorf("/available_actions → %v", av)
+	}
+	if out := postJSON(t, hs.URL+"/close", `{"id": 0}`); out["closed"] != true {
+		t.Errorf("/close → %v", out)
+	}
+}
+
+// flaky is an AgentGym-like server that misbehaves on demand.
+type flaky struct {
+	dropFirst  atomic.Int32 // close the connection without answering
+	hangFirst  atomic.Int32 // answer after the client's timeout
+	errorReset bool         // {"error": ...} with HTTP 200 on /reset
+	alwaysDrop bool
+	calls      atomic.Int32
+}
+
+func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.calls.Add(1)
+	io.Copy(io.Discard, r.Body)
+	if f.alwaysDrop || f.dropFirst.Add(-1) >= 0 {
+		hj, _ := w.(http.Hijacker)
+		conn, _, _ := hj.Hijack()
+		conn.Close()
+		return
+	}
+	if f.hangFirst.Add(-1) >= 0 {
+		time.Sleep(600 * time.Millisecond)
+	}
+	switch r.URL.Path {
+	case "/create":
+		w.Write([]byte(`{"id": 7}`))
+	case "/reset":
+		if f.errorReset {
+			w.Write([]byte(`{"error": "game 5 does not exist"}`))
+			return
+		}
+		w.Write([]byte(`{"observation": "You are in the middle of a room.", "available_actions": ["look"], "task_type": "pick_and_place"}`))
+	case "/step":
+		w.Write([]byte(`{"observation": "Nothing happens.", "reward": 0, "available_actions": ["look"], "done": false}`))
+	default:
+		w.Write([]byte(`{}`))
+	}
+}
+
+func TestClientRetriesThenFailsTheEpisode(t *testing.T) {
+	f := &flaky{}
+	hs := httptest.NewServer(f)
+	defer hs.Close()
+	cfg := DefaultConfig(hs.URL, ALFWorld)
+	cfg.Timeout, cfg.RetryFor = 300*time.Millisecond, 3*time.Second
+	c, _ := New(cfg)
+	ctx := context.Background()
+
+	f.dropFirst.Store(2) // two dropped connections, then fine
+	st, err := c.Reset(ctx, envadapters.Task{Index: 5})
+	if err != nil || st.Observation != "You are in the middle of a room." {
+		t.Fatalf("reset after dropped connections: %+v %v", st, err)
+	}
+	f.hangFirst.Store(1) // one timeout, then fine
+	st, err = c.Step(ctx, "look")
+	if err != nil || !st.Invalid || st.Done {
+		t.Fatalf("step after a timeout: %+v %v", st, err)
+	}
+
+	f.alwaysDrop = true
+	cfg.RetryFor = 500 * time.Millisecond
+	c.cfg = cfg
+	st, err = c.Step(ctx, "look")
+	if err != nil {
+		t.Fatalf("a dead server must end the episode, not return an error: %v", err)
+	}
+	if !st.Done || st.Won || st.Err == "" || !strings.Contains(st.Err, hs.URL) {
+		t.Fatalf("dead server: %+v", st)
+	}
+
+	f.alwaysDrop = false
+	f.errorReset = true
+	c2, _ := New(DefaultConfig(hs.URL, ALFWorld))
+	if _, err := c2.Reset(ctx, envadapters.Task{Index: 5}); err == nil || !strings.Contains(err.Error(), "game 5 does not exist") {
+		t.Fatalf("error JSON with HTTP 200: %v", err)
+	}
+}
+
+func TestWebShopFlavor(t *testing.T) {
+	var lastStep map[string]any
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		switch r.URL.Path {
+		case "/create":
+			w.Write([]byte(`3`))
+		case "/reset":
+			w.Write([]byte(`{"state": "WebShop [SEP] Instruction: [SEP] i need red shoes [SEP] Search"}`))
+		case "/available_actions":
+			if r.URL.Query().Get("env_idx") != "3" {
+				w.Write([]byte(`{"error": "bad env_idx"}`))
+				return
+			}
+			w.Write([]byte(`{"has_search_bar": false, "clickables": ["buy now", "< prev"]}`))
+		case "/step":
+			json.Unmarshal(body, &lastStep)
+			w.Write([]byte(`{"state": "Thank you for shopping", "reward": 0.75, "done": true, "info": null}`))
+		}
+	}))
+	defer hs.Close()
+	c, _ := New(DefaultConfig(hs.URL, WebShop))
+	ctx := context.Background()
+	st, err := c.Reset(ctx, envadapters.Task{Index: 11})
+	if err != nil || !strings.Contains(st.Observation, "red shoes") || strings.Join(st.Admissible, "|") != "click[buy now]|click[< prev]" {
+		t.Fatalf("reset %+v %v", st, err)
+	}
+	st, err = c.Step(ctx, "click[buy now]")
+	if err != nil || !st.Done || st.Won || st.Score != 75 {
+		t.Fatalf("step %+v %v", st, err)
+	}
+	if lastStep["env_idx"] != float64(3) || lastStep["action"] != "click[buy now]" {
+		t.Errorf("step body %v", lastStep)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []Config{{Flavor: ALFWorld, Timeout: 1}, {BaseURL: "http://x", Flavor: "babyai", Timeout: 1}, {BaseURL: "http://x", Flavor: ALFWorld}} {
+		if _, err := New(c); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+
+}

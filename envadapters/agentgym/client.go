@@ -1,0 +1,319 @@
+// Package agentgym speaks AgentGym's environment-server protocol: a client
+// Env for real ALFWorld, WebShop and SciWorld servers, and a server that
+// exposes seedctl's built-ins the same way, so Python trainers (AgentGym,
+// verl-agent) can use them.
+package agentgym
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/seedctl/seedctl/envadapters"
+)
+
+// Flavors of the protocol.
+const (
+	ALFWorld = "alfworld" // id; /reset {id, game, world_type}; /step → observation, reward, available_actions, done
+	WebShop  = "webshop"  // env_idx; /step → state, reward, done, info; GET /available_actions
+	SciWorld = "sciworld" // id; /reset {id, data_idx}; /step → observation, reward, score, done
+)
+
+// Config points the client at one server.
+type Config struct {
+	BaseURL   string
+	Flavor    string
+	WorldType string // ALFWorld's world_type, "Text" by default
+	// Timeout bounds one request; RetryFor bounds retrying a failing one.
+	Timeout  time.Duration
+	RetryFor time.Duration
+}
+
+// DefaultConfig returns defaults for a server.
+func DefaultConfig(base, flavor string) Config {
+	return Config{BaseURL: base, Flavor: flavor, WorldType: "Text", Timeout: 60 * time.Second, RetryFor: 30 * time.Second}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	if c.BaseURL == "" {
+		return errors.New("agentgym config: base_url is required")
+	}
+	switch c.Flavor {
+	case ALFWorld, WebShop, SciWorld:
+	default:
+		return fmt.Errorf("agentgym config: flavor %q: want alfworld, webshop or sciworld", c.Flavor)
+	}
+	if c.Timeout <= 0 || c.RetryFor < 0 {
+		return errors.New("agentgym config: timeout must be positive and retry_for not negative")
+	}
+	return nil
+}
+
+// ErrEnvServer is an error the environment server reported or caused.
+var ErrEnvServer = errors.New("environment server error")
+
+// Client is an Env backed by a remote AgentGym server.
+type Client struct {
+	cfg  Config
+	hc   *http.Client
+	id   *int
+	last envadapters.Step
+}
+
+// New returns a client; the server-side environment is created on Reset.
+func New(cfg Config) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
+	return &Client{cfg: cfg, hc: &http.Client{Timeout: cfg.Timeout}}, nil
+}
+
+// call posts (or gets, when body is nil and method GET) and decodes into
+// out. Connection errors, timeouts and 5xx are retried; a JSON {"error": ...}
+// answer (AgentGym sends those with HTTP 200) is returned at once.
+func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
+	url := c.cfg.BaseURL + path
+	var payload []byte
+	if body != nil {
+		payload, _ = json.Marshal(body)
+	}
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 100*time.Millisecond, 2*time.Second, c.cfg.RetryFor
+	attempts := 0
+	var raw []byte
+	err := backoff.Retry(func() error {
+		attempts++
+		var rd io.Reader
+		if payload != nil {
+			rd = bytes.NewReader(payload)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, url, rd)
+		if err != nil {
+			return backoff.Permanent(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return backoff.Permanent(ctx.Err())
+			}
+			return err
+		}
+		defer resp.Body.Close()
+		raw, err = io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode >= 500 {
+			return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))
+		}
+		if resp.StatusCode != http.StatusOK {
+			return backoff.Permanent(fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw))))
+		}
+		return nil
+	}, backoff.WithContext(b, ctx))
+	if err != nil {
+		return fmt.Errorf("%s %s (%d attempts): %w: %w", method, url, attempts, ErrEnvServer, err)
+	}
+	var e struct {
+		Error any `json:"error"`
+	}
+	if json.Unmarshal(raw, &e) == nil && e.Error != nil {
+		return fmt.Errorf("%s %s: the server says: %v: %w", method, url, e.Error, ErrEnvServer)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return fmt.Errorf("%s %s: answer %q is not the expected JSON: %v: %w", method, url, truncate(raw), err, ErrEnvServer)
+		}
+	}
+	return nil
+}
+
+func truncate(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "…"
+	}
+	return string(b)
+}
+
+func (c *Client) idKey() string {
+	if c.cfg.Flavor == WebShop {
+		return "env_idx"
+	}
+	return "id"
+}
+
+func (c *Client) create(ctx context.Context) error {
+	var raw json.RawMessage
+	if err := c.call(ctx, "POST", "/create", map[string]any{}, &raw); err != nil {
+		return err
+	}
+	// {"id": N}, {"env_idx": N} or a bare N, depending on the server.
+	var n int
+	if json.Unmarshal(raw, &n) != nil {
+		var m map[string]int
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return fmt.Errorf("/create answered %s: %w", truncate(raw), ErrEnvServer)
+		}
+		v, ok := m[c.idKey()]
+		if !ok {
+			if v, ok = m["id"]; !ok {
+				return fmt.Errorf("/create answered %s without an id: %w", truncate(raw), ErrEnvServer)
+			}
+		}
+		n = v
+	}
+	c.id = &n
+	return nil
+}
+
+type stepReply struct {
+	Observation      string   `json:"observation"`
+	State            string   `json:"state"`
+	Reward           float64  `json:"reward"`
+	Score            *float64 `json:"score"`
+	Done             bool     `json:"done"`
+	AvailableActions any      `json:"available_actions"`
+	TaskType         string   `json:"task_type"`
+}
+
+func (r stepReply) text() string {
+	if r.Observation != "" {
+		return r.Observation
+	}
+	return r.State
+}
+
+// actions reads available_actions, a list of strings or WebShop's
+// {"has_search_bar", "clickables"} object.
+func actions(v any) []string {
+	switch a := v.(type) {
+	case []any:
+		out := make([]string, 0, len(a))
+		for _, x := range a {
+			if s, ok := x.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	case map[string]any:
+		var out []string
+		if hs, _ := a["has_search_bar"].(bool); hs {
+			out = append(out, "search[<your query>]")
+		}
+		if cl, ok := a["clickables"].([]any); ok {
+			for _, x := range cl {
+				if s, ok := x.(string); ok {
+					out = append(out, "click["+s+"]")
+				}
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// Reset starts task.Index on the server (ALFWorld's game, SciWorld's
+// data_idx, WebShop's session).
+func (c *Client) Reset(ctx context.Context, task envadapters.Task) (envadapters.Step, error) {
+	if c.id == nil {
+		if err := c.create(ctx); err != nil {
+			return envadapters.Step{}, fmt.Errorf("agentgym: creating an environment: %w", err)
+		}
+	}
+	body := map[string]any{c.idKey(): *c.id}
+	switch c.cfg.Flavor {
+	case ALFWorld:
+		body["game"], body["world_type"] = task.Index, c.cfg.WorldType
+	case SciWorld:
+		body["data_idx"] = task.Index
+	case WebShop:
+		body["session_id"] = task.Index
+	}
+	var r stepReply
+	if err := c.call(ctx, "POST", "/reset", body, &r); err != nil {
+		return envadapters.Step{}, fmt.Errorf("agentgym: resetting to task %d: %w", task.Index, err)
+	}
+	st := envadapters.Step{Observation: r.text(), Admissible: actions(r.AvailableActions)}
+	if c.cfg.Flavor == WebShop && st.Observation == "" {
+		st.Observation = c.observation(ctx)
+	}
+	if c.cfg.Flavor == WebShop {
+		st.Admissible = c.webshopActions(ctx)
+	}
+	c.last = st
+	return st, nil
+}
+
+func (c *Client) observation(ctx context.Context) string {
+	var r struct {
+		Observation string `json:"observation"`
+	}
+	if err := c.call(ctx, "GET", fmt.Sprintf("/observation?%s=%d", c.idKey(), *c.id), nil, &r); err != nil {
+		return ""
+	}
+	return r.Observation
+}
+
+func (c *Client) webshopActions(ctx context.Context) []string {
+	var v any
+	if err := c.call(ctx, "GET", fmt.Sprintf("/available_actions?env_idx=%d", *c.id), nil, &v); err != nil {
+		return nil
+	}
+	return actions(v)
+}
+
+// Step sends an action. A server that keeps failing after retries ends the
+// episode as failed (Done with Err set) instead of returning an error, so
+// the rollout keeps the episode.
+func (c *Client) Step(ctx context.Context, action string) (envadapters.Step, error) {
+	if c.id == nil {
+		return envadapters.Step{}, errors.New("agentgym: step before reset")
+	}
+	var r stepReply
+	if err := c.call(ctx, "POST", "/step", map[string]any{c.idKey(): *c.id, "action": action}, &r); err != nil {
+		if ctx.Err() != nil {
+			return envadapters.Step{}, ctx.Err()
+		}
+		return envadapters.Step{Observation: "The environment failed: " + err.Error(), Done: true, Err: err.Error()}, nil
+	}
+	st := envadapters.Step{Observation: r.text(), Reward: r.Reward, Done: r.Done, Admissible: actions(r.AvailableActions)}
+	if r.Score != nil {
+		st.Score = *r.Score
+	}
+	switch c.cfg.Flavor {
+	case WebShop:
+		st.Score = r.Reward * 100
+		st.Won = r.Done && r.Reward >= 1
+		if !r.Done {
+			st.Admissible = c.webshopActions(ctx)
+		}
+	default:
+		st.Won = r.Done && r.Reward > 0
+	}
+	st.Invalid = strings.TrimSpace(st.Observation) == "Nothing happens."
+	c.last = st
+	return st, nil
+}
+
+// Close releases the server-side environment (best effort).
+func (c *Client) Close() error {
+	if c.id == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := c.call(ctx, "POST", "/close", map[string]any{c.idKey(): *c.id}, nil)
+	c.id = nil
+	return err
+}
