@@ -69,6 +69,7 @@ func newApp() *cli.App {
 			doctorCommand(),
 			modelCommand(),
 			serveCommand(),
+			envCommand(),
 		},
 	}
 }

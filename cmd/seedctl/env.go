@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/envadapters/agentgym"
+	_ "github.com/seedctl/seedctl/envadapters/household" // registers "household"
+)
+
+func envCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "env",
+		Usage: "list, play and serve the built-in environments",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "list",
+				Usage: "the built-in environments, their families and split sizes",
+				Action: func(c *cli.Context) error {
+					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "ENV\tTRAIN\tEVAL_SEEN\tEVAL_UNSEEN\tFAMILIES\tDESCRIPTION")
+					for _, n := range envadapters.Names() {
+						b, _ := envadapters.Lookup(n)
+						fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", n, b.SplitSize(envadapters.Train), b.SplitSize(envadapters.EvalSeen),
+							b.SplitSize(envadapters.EvalUnseen), strings.Join(b.Families(), ","), b.Description())
+					}
+					return tw.Flush()
+				},
+			},
+			{
+				Name:  "play",
+				Usage: "play a task in the terminal: read the observation, type an action (or its number)",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "env", Value: "household"},
+					&cli.StringFlag{Name: "split", Value: "train"},
+					&cli.IntFlag{Name: "task", Usage: "task index within the split"},
+					&cli.BoolFlag{Name: "expert", Usage: "let the scripted expert play and print the transcript"},
+					&cli.IntFlag{Name: "max-steps", Usage: "step limit (default: the environment's)"},
+				},
+				Action: func(c *cli.Context) error {
+					return playEnv(c.Context, c.App.Reader, c.App.Writer, c.String("env"), c.String("split"), c.Int("task"), c.Int("max-steps"), c.Bool("expert"))
+				},
+			},
+			{
+				Name:  "serve",
+				Usage: "serve a built-in over AgentGym's HTTP protocol (for Python trainers such as AgentGym or verl-agent)",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "env", Value: "household"},
+					&cli.StringFlag{Name: "split", Value: "train", Usage: "game N of /reset is task N of this split"},
+					&cli.StringFlag{Name: "addr", Value: "127.0.0.1:36001"},
+					&cli.IntFlag{Name: "max-steps", Usage: "step limit (default: the environment's)"},
+				},
+				Action: func(c *cli.Context) error {
+					log := logger(c)
+					b, err := envadapters.Lookup(c.String("env"))
+					if err != nil {
+						return cli.Exit("env serve: "+err.Error(), 2)
+					}
+					split, err := envadapters.ParseSplit(c.String("split"))
+					if err != nil {
+						return cli.Exit("env serve: "+err.Error(), 2)
+					}
+					s, err := agentgym.NewServer(b, split, envOptions(c.Int("max-steps")), log)
+					if err != nil {
+						return cli.Exit("env serve: "+err.Error(), 2)
+					}
+					ln, err := net.Listen("tcp", c.String("addr"))
+					if err != nil {
+						return cli.Exit("env serve: "+err.Error(), 1)
+					}
+					srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+					fmt.Fprintf(c.App.Writer, "serving %s (%s, %d tasks) over AgentGym's protocol at http://%s\n", b.Name(), split, b.SplitSize(split), ln.Addr())
+					go func() {
+						<-c.Context.Done()
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						defer cancel()
+						srv.Shutdown(ctx)
+					}()
+					if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+						return cli.Exit("env serve: "+err.Error(), 1)
+					}
+					return nil
+				},
+			},
+		},
+	}
+}
+
+// envOptions turns --max-steps into env options; 0 keeps the env's default.
+func envOptions(maxSteps int) envadapters.Options {
+	if maxSteps != 0 {
+		return envadapters.Options{"max_steps": strconv.Itoa(maxSteps)}
+	}
+	return nil
+}
+
+// playEnv runs one episode with a person (or the expert) at the keyboard.
+func playEnv(ctx context.Context, in io.Reader, out io.Writer, name, splitName string, index, maxSteps int, expert bool) error {
+	b, err := envadapters.Lookup(name)
+	if err != nil {
+		return cli.Exit("env play: "+err.Error(), 2)
+	}
+	split, err := envadapters.ParseSplit(splitName)
+	if err != nil {
+		return cli.Exit("env play: "+err.Error(), 2)
+	}
+	if index < 0 || index >= b.SplitSize(split) {
+		return cli.Exit(fmt.Sprintf("env play: --task %d: %s/%s has tasks 0..%d", index, name, split, b.SplitSize(split)-1), 2)
+	}
+	tasks, err := b.Tasks(split, index+1)
+	if err != nil {
+		return cli.Exit("env play: "+err.Error(), 1)
+	}
+	task := tasks[index]
+	env, err := b.New(envOptions(maxSteps))
+	if err != nil {
+		return cli.Exit("env play: "+err.Error(), 2)
+	}
+	defer env.Close()
+	st, err := env.Reset(ctx, task)
+	if err != nil {
+		return cli.Exit("env play: "+err.Error(), 1)
+	}
+	fmt.Fprintf(out, "[%s, family %s, difficulty %d]\n\n%s\n", task.ID, task.Family, task.Difficulty, st.Observation)
+	var x envadapters.Expert
+	if expert {
+		if x, err = b.Expert(env); err != nil {
+			return cli.Exit("env play: "+err.Error(), 1)
+		}
+	}
+	sc := bufio.NewScanner(in)
+	steps := 0
+	for !st.Done {
+		var action string
+		if x != nil {
+			if action, err = x.Act(); err != nil {
+				return cli.Exit("env play: expert: "+err.Error(), 1)
+			}
+			fmt.Fprintf(out, "\n> %s\n", action)
+		} else {
+			fmt.Fprintln(out, "\nAdmissible actions:")
+			for i, a := range st.Admissible {
+				fmt.Fprintf(out, "  %2d. %s\n", i+1, a)
+			}
+			fmt.Fprint(out, "> ")
+			if !sc.Scan() {
+				fmt.Fprintln(out, "\n(input ended)")
+				return nil
+			}
+			action = strings.TrimSpace(sc.Text())
+			if n, err := strconv.Atoi(action); err == nil && n >= 1 && n <= len(st.Admissible) {
+				action = st.Admissible[n-1]
+				fmt.Fprintf(out, "(%s)\n", action)
+			}
+		}
+		if st, err = env.Step(ctx, action); err != nil {
+			return cli.Exit("env play: "+err.Error(), 1)
+		}
+		steps++
+		fmt.Fprintln(out, st.Observation)
+	}
+	result := "failed"
+	if st.Won {
+		result = "solved"
+	}
+	fmt.Fprintf(out, "\nEpisode over: %s in %d steps (reward %g).\n", result, steps, st.Reward)
+	return nil
+}
