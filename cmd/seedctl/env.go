@@ -18,6 +18,7 @@ import (
 	"github.com/seedctl/seedctl/envadapters"
 	"github.com/seedctl/seedctl/envadapters/agentgym"
 	_ "github.com/seedctl/seedctl/envadapters/household" // registers "household"
+	_ "github.com/seedctl/seedctl/envadapters/searchqa"  // registers "searchqa"
 )
 
 func envCommand() *cli.Command {
