@@ -19,6 +19,7 @@ import (
 	"github.com/seedctl/seedctl/envadapters/agentgym"
 	_ "github.com/seedctl/seedctl/envadapters/household" // registers "household"
 	_ "github.com/seedctl/seedctl/envadapters/searchqa"  // registers "searchqa"
+	_ "github.com/seedctl/seedctl/envadapters/webshop"   // registers "webshop"
 )
 
 func envCommand() *cli.Command {
