@@ -1,0 +1,160 @@
+package rollout
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/seedctl/seedctl/envadapters"
+)
+
+// Step is one turn, token-in/token-out: the exact ids the server received
+// and returned, so the trainer never re-tokenizes text.
+type Step struct {
+	Index int `json:"index"`
+	// UserText is the user turn (observation, admissible actions, action
+	// request) that skills are inserted into for teacher contexts.
+	UserText string `json:"user_text"`
+	// PromptIDs: in chat mode the tokens added since the previous reply
+	// (the whole first prompt at step 0); in window mode the whole prompt.
+	PromptIDs   []int     `json:"prompt_ids"`
+	ResponseIDs []int     `json:"response_ids"`
+	LogProbs    []float64 `json:"logprobs"` // sampling log-probs of ResponseIDs (ℓold)
+	// ClosingIDs: in chat mode, the EOS appended when generation stopped
+	// without it (not sampled, never trained on).
+	ClosingIDs   []int   `json:"closing_ids,omitempty"`
+	Text         string  `json:"text"`
+	Action       string  `json:"action"`
+	Valid        bool    `json:"valid"`
+	Observation  string  `json:"observation"` // the environment's answer
+	EnvReward    float64 `json:"env_reward"`
+	Reward       float64 `json:"reward"` // env reward minus the invalid-action penalty
+	Done         bool    `json:"done"`
+	FinishReason string  `json:"finish_reason"`
+	GenMillis    int64   `json:"gen_ms"`
+	EnvMillis    int64   `json:"env_ms"`
+}
+
+// Trajectory is one episode of one task.
+type Trajectory struct {
+	ID        string           `json:"id"`
+	Iteration int              `json:"iteration"`
+	Task      envadapters.Task `json:"task"`
+	// Group is the GRPO group (one per task in a batch); Sample indexes the
+	// trajectory within it.
+	Group            int       `json:"group"`
+	Sample           int       `json:"sample"`
+	Mode             string    `json:"mode"`
+	System           string    `json:"system"`
+	FirstObservation string    `json:"first_observation"`
+	Steps            []Step    `json:"steps"`
+	Return           float64   `json:"return"`
+	Won              bool      `json:"won"`
+	Score            float64   `json:"score"`
+	EnvError         string    `json:"env_error,omitempty"`
+	Started          time.Time `json:"started"`
+	Millis           int64     `json:"ms"`
+}
+
+// Sequence returns a chat-mode trajectory as one token sequence and marks
+// which positions are sampled response tokens (the ones trained on).
+func (t *Trajectory) Sequence() (ids []int, sampled []bool) {
+	for _, s := range t.Steps {
+		ids = append(ids, s.PromptIDs...)
+		sampled = append(sampled, make([]bool, len(s.PromptIDs))...)
+		ids = append(ids, s.ResponseIDs...)
+		for range s.ResponseIDs {
+			sampled = append(sampled, true)
+		}
+		ids = append(ids, s.ClosingIDs...)
+		sampled = append(sampled, make([]bool, len(s.ClosingIDs))...)
+	}
+	return ids, sampled
+}
+
+// PromptFor returns the full prompt the server saw at step i.
+func (t *Trajectory) PromptFor(i int) []int {
+	if t.Mode == ModeWindow {
+		return t.Steps[i].PromptIDs
+	}
+	var ids []int
+	for k := 0; k < i; k++ {
+		ids = append(append(append(ids, t.Steps[k].PromptIDs...), t.Steps[k].ResponseIDs...), t.Steps[k].ClosingIDs...)
+	}
+	return append(ids, t.Steps[i].PromptIDs...)
+}
+
+// InvalidSteps counts invalid actions.
+func (t *Trajectory) InvalidSteps() int {
+	n := 0
+	for _, s := range t.Steps {
+		if !s.Valid {
+			n++
+		}
+	}
+	return n
+}
+
+// WriteJSONL writes trajectories one per line, atomically.
+func WriteJSONL(path string, trajs []*Trajectory) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("writing trajectories: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("writing trajectories: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	w := bufio.NewWriter(tmp)
+	enc := json.NewEncoder(w)
+	for _, t := range trajs {
+		if err := enc.Encode(t); err != nil {
+			tmp.Close()
+			return fmt.Errorf("writing trajectory %s: %w", t.ID, err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// ReadJSONL reads a trajectories file, naming the line of a bad record.
+func ReadJSONL(path string) ([]*Trajectory, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading trajectories: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 256<<20)
+	var out []*Trajectory
+	for line := 1; sc.Scan(); line++ {
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		var t Trajectory
+		if err := json.Unmarshal(sc.Bytes(), &t); err != nil {
+			return nil, fmt.Errorf("%s line %d: %w", path, line, err)
+		}
+		out = append(out, &t)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,344 @@
+// Package rollout runs multi-turn episodes between environments and the
+// served policy: B tasks × G trajectories (GRPO groups), each turn's
+// generations batched across episodes, token-in/token-out records with
+// sampling log-probs, JSONL persistence and metrics.
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/inference"
+	"github.com/seedctl/seedctl/tokenizer"
+)
+
+// Prompt modes.
+const (
+	ModeChat   = "chat"   // one growing conversation per episode
+	ModeWindow = "window" // task + last N steps, verl-agent style
+)
+
+// Config configures rollouts.
+type Config struct {
+	Mode             string
+	Window           int // steps of history in window mode
+	GroupSize        int // G trajectories per task
+	MaxTokensPerTurn int
+	Temperature      float64
+	TopP             float64
+	InvalidPenalty   float64 // subtracted from a step's reward when its action is invalid
+	// MaxInFlight bounds the generation requests sent at once.
+	MaxInFlight int
+	Seed        int64
+	EnvOptions  envadapters.Options
+}
+
+// DefaultConfig follows the SEED reference setting.
+func DefaultConfig() Config {
+	return Config{Mode: ModeChat, Window: 5, GroupSize: 8, MaxTokensPerTurn: 96, Temperature: 1, TopP: 1, InvalidPenalty: 0.1, MaxInFlight: 64, Seed: 1}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.Mode != ModeChat && c.Mode != ModeWindow:
+		return fmt.Errorf("rollout config: mode %q: want chat or window", c.Mode)
+	case c.Mode == ModeWindow && c.Window < 0:
+		return fmt.Errorf("rollout config: window %d must not be negative", c.Window)
+	case c.GroupSize < 1:
+		return fmt.Errorf("rollout config: group_size %d must be at least 1", c.GroupSize)
+	case c.MaxTokensPerTurn < 1:
+		return fmt.Errorf("rollout config: max_tokens_per_turn %d must be at least 1", c.MaxTokensPerTurn)
+	case c.Temperature < 0 || c.TopP < 0 || c.TopP > 1:
+		return fmt.Errorf("rollout config: temperature %v must be >= 0 and top_p %v in [0, 1]", c.Temperature, c.TopP)
+	case c.InvalidPenalty < 0:
+		return fmt.Errorf("rollout config: invalid_penalty %v must not be negative", c.InvalidPenalty)
+	case c.MaxInFlight < 1:
+		return fmt.Errorf("rollout config: max_in_flight %d must be at least 1", c.MaxInFlight)
+	}
+	return nil
+}
+
+// EnvFactory makes environment instances (a built-in, or an adapter).
+type EnvFactory interface {
+	New(opts envadapters.Options) (envadapters.Env, error)
+}
+
+// Runner runs rollouts for one environment and policy.
+type Runner struct {
+	cfg      Config
+	envName  string
+	factory  EnvFactory
+	template Template
+	policy   *Policy
+	log      zerolog.Logger
+}
+
+// NewRunner checks cfg and returns a runner.
+func NewRunner(cfg Config, envName string, f EnvFactory, p *Policy, log zerolog.Logger) (*Runner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if p == nil || p.Backend == nil {
+		return nil, errors.New("rollout: no policy backend")
+	}
+	return &Runner{cfg: cfg, envName: envName, factory: f, template: TemplateFor(envName), policy: p, log: log}, nil
+}
+
+// Template is the runner's prompt template.
+func (r *Runner) Template() Template { return r.template }
+
+// episode is one running trajectory.
+type episode struct {
+	traj    *Trajectory
+	env     envadapters.Env
+	last    envadapters.Step
+	history []Step
+	done    bool
+	start   time.Time
+}
+
+// Progress is called after every turn with episodes finished and total.
+type Progress func(done, total int)
+
+// Run plays every task GroupSize times. Turns are synchronous across
+// episodes: each turn's generations go to the backend as one batch (at most
+// MaxInFlight at once), then every environment steps.
+func (r *Runner) Run(ctx context.Context, tasks []envadapters.Task, iteration int, progress Progress) ([]*Trajectory, error) {
+	var eps []*episode
+	defer func() {
+		for _, e := range eps {
+			e.env.Close()
+		}
+	}()
+	for gi, task := range tasks {
+		for s := 0; s < r.cfg.GroupSize; s++ {
+			env, err := r.factory.New(r.cfg.EnvOptions)
+			if err != nil {
+				return nil, fmt.Errorf("rollout: creating %s: %w", r.envName, err)
+			}
+			e := &episode{env: env, start: time.Now(), traj: &Trajectory{
+				ID: fmt.Sprintf("it%d-g%d-s%d", iteration, gi, s), Iteration: iteration, Task: task, Group: gi, Sample: s,
+				Mode: r.cfg.Mode, System: r.template.System, Started: time.Now(),
+			}}
+			eps = append(eps, e)
+			st, err := env.Reset(ctx, task)
+			if err != nil {
+				return nil, fmt.Errorf("rollout: resetting %s: %w", task.ID, err)
+			}
+			e.last, e.traj.FirstObservation = st, st.Observation
+		}
+	}
+	finished := 0
+	for turn := 0; ; turn++ {
+		var active []*episode
+		for _, e := range eps {
+			if !e.done {
+				active = append(active, e)
+			}
+		}
+		if len(active) == 0 {
+			break
+		}
+		for lo := 0; lo < len(active); lo += r.cfg.MaxInFlight {
+			chunk := active[lo:min(lo+r.cfg.MaxInFlight, len(active))]
+			if err := r.turn(ctx, chunk, turn); err != nil {
+				return nil, err
+			}
+		}
+		for _, e := range active {
+			if e.done {
+				finished++
+			}
+		}
+		if progress != nil {
+			progress(finished, len(eps))
+		}
+	}
+	out := make([]*Trajectory, len(eps))
+	for i, e := range eps {
+		out[i] = e.traj
+	}
+	return out, nil
+}
+
+func (r *Runner) seed(trajID string, turn int) *int64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s/%d", r.cfg.Seed, trajID, turn)
+	v := int64(h.Sum64() >> 1)
+	return &v
+}
+
+// prompt builds step's user text and prompt ids for e.
+func (r *Runner) prompt(e *episode) (string, []int, error) {
+	t := e.traj
+	if r.cfg.Mode == ModeWindow {
+		user := r.windowText(e)
+		ids, err := r.policy.StartIDs(t.System, user)
+		return user, ids, err
+	}
+	user := r.template.userText(e.last.Observation, e.last.Admissible)
+	if len(t.Steps) == 0 {
+		ids, err := r.policy.StartIDs(t.System, user)
+		return user, ids, err
+	}
+	ids, err := r.policy.NextIDs(t.System, user)
+	return user, ids, err
+}
+
+// windowText is the task, the last N steps and the current observation.
+func (r *Runner) windowText(e *episode) string {
+	t := e.traj
+	var b strings.Builder
+	b.WriteString(strings.TrimSpace(t.FirstObservation))
+	if n := len(t.Steps); n > 0 {
+		from := max(0, n-r.cfg.Window)
+		fmt.Fprintf(&b, "\nYou have taken %d steps. The last %d:", n, n-from)
+		for k := from; k < n; k++ {
+			s := t.Steps[k]
+			fmt.Fprintf(&b, "\n[Step %d] Action: %s\nObservation: %s", k+1, s.Action, strings.TrimSpace(s.Observation))
+		}
+		b.WriteString("\nCurrent observation: " + strings.TrimSpace(e.last.Observation))
+	}
+	return r.template.userText(b.String(), e.last.Admissible)
+}
+
+func (r *Runner) turn(ctx context.Context, eps []*episode, turn int) error {
+	reqs := make([]inference.GenRequest, len(eps))
+	users := make([]string, len(eps))
+	prompts := make([][]int, len(eps))
+	for i, e := range eps {
+		user, delta, err := r.prompt(e)
+		if err != nil {
+			return fmt.Errorf("rollout: building the prompt of %s step %d: %w", e.traj.ID, len(e.traj.Steps), err)
+		}
+		users[i], prompts[i] = user, delta
+		full := delta
+		if r.cfg.Mode == ModeChat && len(e.traj.Steps) > 0 {
+			seq, _ := e.traj.Sequence()
+			full = append(seq, delta...)
+		}
+		reqs[i] = inference.GenRequest{Prompt: full, MaxTokens: r.cfg.MaxTokensPerTurn, Temperature: r.cfg.Temperature, TopP: r.cfg.TopP,
+			Seed: r.seed(e.traj.ID, turn), StopTokenIDs: []int{r.policy.EOS}}
+	}
+	start := time.Now()
+	res, err := r.policy.Backend.Generate(ctx, reqs)
+	if err != nil {
+		return fmt.Errorf("rollout: generating turn %d for %d episodes: %w", turn, len(eps), err)
+	}
+	genMs := time.Since(start).Milliseconds()
+	for i, e := range eps {
+		g := res[i]
+		step := Step{Index: len(e.traj.Steps), UserText: users[i], PromptIDs: prompts[i], ResponseIDs: g.IDs, LogProbs: g.LogProbs,
+			FinishReason: g.FinishReason, GenMillis: genMs}
+		if r.cfg.Mode == ModeChat && (len(g.IDs) == 0 || g.IDs[len(g.IDs)-1] != r.policy.EOS) {
+			step.ClosingIDs = []int{r.policy.EOS}
+		}
+		text, err := r.policy.Tok.Decode(g.IDs, tokenizerSkip)
+		if err != nil {
+			return fmt.Errorf("rollout: decoding %s step %d: %w", e.traj.ID, step.Index, err)
+		}
+		step.Text = text
+		action, ok := r.template.Extract(text, e.last.Admissible)
+		step.Action = action
+		envStart := time.Now()
+		st, err := e.env.Step(ctx, action)
+		step.EnvMillis = time.Since(envStart).Milliseconds()
+		if err != nil {
+			// The environment itself broke: the episode ends as failed and is kept.
+			e.traj.EnvError = err.Error()
+			step.Observation, step.Done = "The environment failed: "+err.Error(), true
+		} else {
+			step.Observation, step.EnvReward, step.Done = st.Observation, st.Reward, st.Done
+			step.Valid = ok && !st.Invalid
+			if st.Err != "" {
+				e.traj.EnvError = st.Err
+			}
+			e.traj.Won, e.traj.Score = st.Won, st.Score
+		}
+		step.Reward = step.EnvReward
+		if !step.Valid {
+			step.Reward -= r.cfg.InvalidPenalty
+		}
+		e.traj.Steps = append(e.traj.Steps, step)
+		e.traj.Return += step.Reward
+		e.last = st
+		if step.Done {
+			e.done = true
+			e.traj.Millis = time.Since(e.start).Milliseconds()
+		}
+	}
+	return nil
+}
+
+// tokenizerSkip decodes replies for action extraction without special tokens.
+var tokenizerSkip = tokenizer.DecodeOptions{SkipSpecial: true}
+
+// Metrics summarize a batch of trajectories.
+type Metrics struct {
+	Episodes        int                `json:"episodes"`
+	Success         float64            `json:"success"`
+	SuccessByFamily map[string]float64 `json:"success_by_family"`
+	MeanReturn      float64            `json:"mean_return"`
+	MeanScore       float64            `json:"mean_score"`
+	MeanSteps       float64            `json:"mean_steps"`
+	InvalidRate     float64            `json:"invalid_rate"`
+	TokensGenerated int                `json:"tokens_generated"`
+	EnvErrors       int                `json:"env_errors"`
+	EpisodesPerSec  float64            `json:"episodes_per_s"`
+}
+
+// Summarize computes metrics; elapsed is the wall time of the rollout.
+func Summarize(trajs []*Trajectory, elapsed time.Duration) Metrics {
+	m := Metrics{Episodes: len(trajs), SuccessByFamily: map[string]float64{}}
+	if len(trajs) == 0 {
+		return m
+	}
+	famN := map[string]int{}
+	steps, invalid := 0, 0
+	for _, t := range trajs {
+		famN[t.Task.Family]++
+		if t.Won {
+			m.Success++
+			m.SuccessByFamily[t.Task.Family]++
+		}
+		m.MeanReturn += t.Return
+		m.MeanScore += t.Score
+		steps += len(t.Steps)
+		invalid += t.InvalidSteps()
+		for _, s := range t.Steps {
+			m.TokensGenerated += len(s.ResponseIDs)
+		}
+		if t.EnvError != "" {
+			m.EnvErrors++
+		}
+	}
+	n := float64(len(trajs))
+	m.Success /= n
+	m.MeanReturn /= n
+	m.MeanScore /= n
+	m.MeanSteps = float64(steps) / n
+	if steps > 0 {
+		m.InvalidRate = float64(invalid) / float64(steps)
+	}
+	fams := make([]string, 0, len(famN))
+	for f := range famN {
+		fams = append(fams, f)
+	}
+	sort.Strings(fams)
+	for _, f := range fams {
+		m.SuccessByFamily[f] /= float64(famN[f])
+	}
+	if elapsed > 0 {
+		m.EpisodesPerSec = n / elapsed.Seconds()
+	}
+	return m
+}

@@ -1,0 +1,295 @@
+package rollout
+
+import (
+	"context"
+
+	"math"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/envadapters/household"
+	"github.com/seedctl/seedctl/inference"
+	"github.com/seedctl/seedctl/inference/server"
+	"github.com/seedctl/seedctl/inference/server/servertest"
+	"github.com/seedctl/seedctl/tokenizer"
+)
+
+// tinyTokenizer is a BPE tokenizer trained on household text, with the
+// Qwen2.5 chat template.
+func tinyTokenizer(t testing.TB) (*tokenizer.Tokenizer, *tokenizer.Config) {
+	t.Helper()
+	tc := tokenizer.DefaultTrainConfig()
+	tc.VocabSize = 600
+	tok, err := tokenizer.TrainBPE(append(servertest.Corpus(), "<action>go to cabinet 1</action>", "Admissible actions: look; inventory"), tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok, &tokenizer.Config{EOSToken: "<|im_end|>", PadToken: "<|endoftext|>", ChatTemplate: tokenizer.Qwen25ChatTemplate}
+}
+
+// scriptBackend answers every prompt by reading it: it picks an admissible
+// action from the last user turn (or replies garbage every third call) and
+// returns its token ids, recording batch sizes.
+type scriptBackend struct {
+	tok      *tokenizer.Tokenizer
+	eos      int
+	mu       sync.Mutex
+	calls    int
+	maxBatch int
+	lp       float64
+}
+
+func (s *scriptBackend) Generate(_ context.Context, reqs []inference.GenRequest) ([]inference.GenResult, error) {
+	s.mu.Lock()
+	s.maxBatch = max(s.maxBatch, len(reqs))
+	s.mu.Unlock()
+	out := make([]inference.GenResult, len(reqs))
+	for i, r := range reqs {
+		text, _ := s.tok.Decode(r.Prompt, tokenizer.DecodeOptions{})
+		s.mu.Lock()
+		s.calls++
+		n := s.calls
+		s.mu.Unlock()
+		reply := "I am not sure."
+		if k := strings.LastIndex(text, "Admissible actions: "); k >= 0 && n%3 != 0 {
+			acts := strings.Split(strings.SplitN(text[k+len("Admissible actions: "):], "\n", 2)[0], "; ")
+			reply = "<action>" + acts[n%len(acts)] + "</action>"
+		}
+		ids, err := s.tok.Encode(reply)
+		if err != nil {
+			return nil, err
+		}
+		finish := "length"
+		if n%2 == 0 {
+			ids = append(ids, s.eos)
+			finish = "stop"
+		}
+		lps := make([]float64, len(ids))
+		for k := range lps {
+			lps[k] = -s.lp
+		}
+		out[i] = inference.GenResult{IDs: ids, LogProbs: lps, Text: reply, FinishReason: finish}
+	}
+	return out, nil
+}
+func (s *scriptBackend) Score(context.Context, [][]int) ([][]float64, error) { return nil, nil }
+func (s *scriptBackend) Release(context.Context) error                       { return nil }
+func (s *scriptBackend) Publish(context.Context, string, string) error       { return nil }
+func (s *scriptBackend) Health(context.Context) error                        { return nil }
+func (s *scriptBackend) Close() error                                        { return nil }
+
+func householdTasks(t testing.TB, n int) []envadapters.Task {
+	b, _ := envadapters.Lookup(household.Name)
+	tasks, err := b.Tasks(envadapters.Train, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tasks
+}
+
+func TestRunGroupsRecordsAndJSONL(t *testing.T) {
+	tok, tcfg := tinyTokenizer(t)
+	eos, _ := tok.TokenID("<|im_end|>")
+	be := &scriptBackend{tok: tok, eos: eos, lp: 0.5}
+	p, err := NewPolicy(be, tok, tcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := envadapters.Lookup(household.Name)
+	for _, mode := range []string{ModeChat, ModeWindow} {
+		cfg := DefaultConfig()
+		cfg.Mode, cfg.GroupSize, cfg.MaxInFlight, cfg.EnvOptions = mode, 4, 5, envadapters.Options{"max_steps": "6"}
+		r, err := NewRunner(cfg, household.Name, b, p, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks := householdTasks(t, 3)
+		var progressCalls int
+		trajs, err := r.Run(context.Background(), tasks, 7, func(done, total int) { progressCalls++ })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(trajs) != 12 || be.maxBatch > 5 || progressCalls == 0 {
+			t.Fatalf("%s: %d trajectories, max batch %d (limit 5), %d progress calls", mode, len(trajs), be.maxBatch, progressCalls)
+		}
+		invalid := 0
+		for i, tr := range trajs {
+			if tr.Group != i/4 || tr.Sample != i%4 || tr.Task.ID != tasks[i/4].ID || tr.Iteration != 7 {
+				t.Fatalf("trajectory %d: group %d sample %d task %s", i, tr.Group, tr.Sample, tr.Task.ID)
+			}
+			if len(tr.Steps) != 6 && !tr.Steps[len(tr.Steps)-1].Done {
+				t.Fatalf("%s did not run to the end: %d steps", tr.ID, len(tr.Steps))
+			}
+			for k, s := range tr.Steps {
+				if len(s.PromptIDs) == 0 || len(s.ResponseIDs) == 0 || len(s.LogProbs) != len(s.ResponseIDs) || s.UserText == "" || s.Observation == "" {
+					t.Fatalf("%s step %d incomplete: %+v", tr.ID, k, s)
+				}
+				if !s.Valid {
+					invalid++
+					if s.Reward != s.EnvReward-cfg.InvalidPenalty {
+						t.Errorf("invalid step reward %v (env %v)", s.Reward, s.EnvReward)
+					}
+				}
+				if mode == ModeChat && (len(s.ClosingIDs) == 1) == (s.ResponseIDs[len(s.ResponseIDs)-1] == eos) {
+					t.Errorf("%s step %d: closing ids %v after a reply ending in %d", tr.ID, k, s.ClosingIDs, s.ResponseIDs[len(s.ResponseIDs)-1])
+				}
+			}
+			if mode == ModeChat {
+				checkChatPrompts(t, p, tr)
+			}
+		}
+		if invalid == 0 {
+			t.Errorf("%s: the garbage replies produced no invalid steps", mode)
+		}
+		path := filepath.Join(t.TempDir(), "traj.jsonl")
+		if err := WriteJSONL(path, trajs); err != nil {
+			t.Fatal(err)
+		}
+		back, err := ReadJSONL(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range trajs {
+			trajs[i].Started, back[i].Started = time.Time{}, time.Time{}
+		}
+		if !reflect.DeepEqual(trajs, back) {
+			t.Errorf("%s: JSONL round trip changed the trajectories", mode)
+		}
+		m := Summarize(trajs, time.Second)
+		if m.Episodes != 12 || m.InvalidRate <= 0 || m.TokensGenerated == 0 || len(m.SuccessByFamily) == 0 {
+			t.Errorf("metrics %+v", m)
+		}
+	}
+}
+
+// checkChatPrompts: the prompt ids the server saw at each step decode to
+// the chat template's rendering of the conversation so far.
+func checkChatPrompts(t *testing.T, p *Policy, tr *Trajectory) {
+	t.Helper()
+	var msgs []tokenizer.Message
+	if tr.System != "" {
+		msgs = append(msgs, tokenizer.Message{Role: "system", Content: tr.System})
+	}
+	for i, s := range tr.Steps {
+		msgs = append(msgs, tokenizer.Message{Role: "user", Content: s.UserText})
+		want, _ := p.render(msgs, true)
+		got, _ := p.Tok.Decode(tr.PromptFor(i), tokenizer.DecodeOptions{})
+		if got != want {
+			t.Fatalf("%s step %d: prompt ids decode to\n%q\nthe template renders\n%q", tr.ID, i, got, want)
+		}
+		reply, _ := p.Tok.Decode(s.ResponseIDs, tokenizer.DecodeOptions{SkipSpecial: true})
+		msgs = append(msgs, tokenizer.Message{Role: "assistant", Content: reply})
+	}
+}
+
+func TestExtractAction(t *testing.T) {
+	adm := []string{"go to cabinet 1", "look"}
+	tests := []struct {
+		text, want string
+		ok         bool
+	}{
+		{"<action>go to cabinet 1</action>", "go to cabinet 1", true},
+		{"I think... <ACTION> look </ACTION> then more", "look", true},
+		{"reasoning\nGo to cabinet 1.", "go to cabinet 1", true},
+		{"go to fridge 9", "", false},
+		{"<action></action>", "", false},
+		{"", "", false},
+	}
+	for _, tt := range tests {
+		got, ok := ExtractTagged(tt.text, adm)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("ExtractTagged(%q) = %q, %v", tt.text, got, ok)
+		}
+	}
+	if a, ok := ExtractSearchAnswer("<think>x</think><search> who </search>", nil); !ok || a != "<search> who </search>" {
+		t.Errorf("search extraction %q %v", a, ok)
+	}
+}
+
+func TestInsertSkills(t *testing.T) {
+	tmpl := TemplateFor("household")
+	u := tmpl.userText("You are in the middle of a room.\n\nYour task is to: put a mug in fridge.", []string{"look"})
+	got := InsertSkills(u, tmpl.ActionRequest, "Open closed containers first.", "Go to the fridge now.")
+	want := "You are in the middle of a room.\n\nYour task is to: put a mug in fridge.\nSkill from experience: Open closed containers first.\nAdmissible actions: look\nAdvice for this step: Go to the fridge now.\n" + tmpl.ActionRequest
+	if got != want {
+		t.Errorf("InsertSkills:\n%q\nwant\n%q", got, want)
+	}
+	if InsertSkills(u, tmpl.ActionRequest, "", "") != u {
+		t.Error("empty skills changed the text")
+	}
+}
+
+// TestTokenInTokenOutWithEmbeddedServer: the sampling log-probs rollout
+// records are the model's own log-probs of the same tokens in the same
+// context, end to end through the embedded server.
+func TestTokenInTokenOutWithEmbeddedServer(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tiny")
+	if err := servertest.WriteTinyCheckpoint(dir, 3); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	scfg := server.DefaultConfig(dir)
+	scfg.MaxModelLen = 4096 // household prompts outgrow the tiny config's 512 positions; RoPE does not mind
+	be, err := inference.NewEmbedded(ctx, scfg, inference.DefaultConfig("embedded"), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	p, err := LoadPolicy(dir, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := envadapters.Lookup(household.Name)
+	for _, mode := range []string{ModeChat, ModeWindow} {
+		cfg := DefaultConfig()
+		cfg.Mode, cfg.GroupSize, cfg.MaxTokensPerTurn, cfg.EnvOptions = mode, 2, 6, envadapters.Options{"max_steps": "3"}
+		r, _ := NewRunner(cfg, household.Name, b, p, zerolog.Nop())
+		trajs, err := r.Run(ctx, householdTasks(t, 2), 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked := 0
+		for _, tr := range trajs {
+			for i, s := range tr.Steps {
+				seq := append(append([]int(nil), tr.PromptFor(i)...), s.ResponseIDs...)
+				want, err := servertest.LogProbs(dir, seq)
+				if err != nil {
+					t.Fatal(err)
+				}
+				off := len(seq) - len(s.ResponseIDs)
+				for k, lp := range s.LogProbs {
+					if d := math.Abs(lp - want[off+k]); d > 1e-4 {
+						t.Fatalf("%s %s step %d token %d: recorded %v, model %v", mode, tr.ID, i, k, lp, want[off+k])
+					}
+					checked++
+				}
+			}
+		}
+		t.Logf("%s: %d sampled tokens match the model's log-probs", mode, checked)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, mut := range []func(*Config){
+		func(c *Config) { c.Mode = "stream" },
+		func(c *Config) { c.GroupSize = 0 },
+		func(c *Config) { c.MaxTokensPerTurn = 0 },
+		func(c *Config) { c.TopP = 2 },
+		func(c *Config) { c.InvalidPenalty = -1 },
+		func(c *Config) { c.MaxInFlight = 0 },
+	} {
+		c := DefaultConfig()
+		mut(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+
+}

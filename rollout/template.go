@@ -1,0 +1,121 @@
+package rollout
+
+import (
+	"regexp"
+	"strings"
+)
+
+// Template is how one environment's turns are put to the policy and how an
+// action is read back. The task line ("Your task is to: …", from the
+// environment's first observation) and the action-request line are where
+// skills are inserted in teacher contexts.
+type Template struct {
+	// System is an optional system message.
+	System string
+	// ActionRequest ends every user turn.
+	ActionRequest string
+	// ListAdmissible adds the admissible actions to each turn.
+	ListAdmissible bool
+	// Extract reads the action from the model's text; ok is false when the
+	// output has no usable action (an invalid step, never a crash).
+	Extract func(text string, admissible []string) (action string, ok bool)
+}
+
+// TaskLinePrefix starts the line episode skills are inserted after.
+const TaskLinePrefix = "Your task is to:"
+
+var actionTag = regexp.MustCompile(`(?is)<action>(.*?)</action>`)
+
+// ExtractTagged reads <action>…</action> (the first one). Without tags it
+// falls back to the last non-empty line when that line is exactly one of
+// the admissible actions (case and a final period aside).
+func ExtractTagged(text string, admissible []string) (string, bool) {
+	if m := actionTag.FindStringSubmatch(text); m != nil {
+		a := strings.TrimSpace(m[1])
+		return a, a != ""
+	}
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	last := strings.TrimRight(strings.TrimSpace(lines[len(lines)-1]), ".")
+	for _, a := range admissible {
+		if strings.EqualFold(last, a) {
+			return a, true
+		}
+	}
+	return "", false
+}
+
+var searchOrAnswer = regexp.MustCompile(`(?is)<(search|answer)>.*?</(search|answer)>`)
+
+// ExtractSearchAnswer passes the whole text on when it has a <search> or
+// <answer> block; the searchqa environment parses it.
+func ExtractSearchAnswer(text string, _ []string) (string, bool) {
+	if m := searchOrAnswer.FindString(text); m != "" {
+		return m, true
+	}
+	return "", false
+}
+
+// Templates are the built-in environments' prompts.
+var Templates = map[string]Template{
+	"household": {
+		System:         "You are an expert agent operating in a household. Act step by step to complete the task.",
+		ActionRequest:  "Choose your next action from the admissible actions and write it inside <action> and </action>.",
+		ListAdmissible: true,
+		Extract:        ExtractTagged,
+	},
+	"webshop": {
+		System:         "You are an expert online shopper. Find and buy the product that fits the instruction.",
+		ActionRequest:  "Give your next action, search[query] or click[button], inside <action> and </action>.",
+		ListAdmissible: true,
+		Extract:        ExtractTagged,
+	},
+	"searchqa": {
+		System:        "You answer questions by searching a knowledge base.",
+		ActionRequest: "Reply with <search> query </search> to search, or <answer> answer </answer> to answer.",
+		Extract:       ExtractSearchAnswer,
+	},
+}
+
+// TemplateFor returns the template for env, or a generic tagged-action one.
+func TemplateFor(env string) Template {
+	if t, ok := Templates[env]; ok {
+		return t
+	}
+	return Template{ActionRequest: "Write your next action inside <action> and </action>.", ListAdmissible: true, Extract: ExtractTagged}
+}
+
+// userText is one user turn: the observation, the admissible actions and
+// the action request. Skills are inserted into exactly this text.
+func (t Template) userText(observation string, admissible []string) string {
+	var b strings.Builder
+	b.WriteString(strings.TrimSpace(observation))
+	if t.ListAdmissible && len(admissible) > 0 {
+		b.WriteString("\nAdmissible actions: ")
+		b.WriteString(strings.Join(admissible, "; "))
+	}
+	b.WriteString("\n")
+	b.WriteString(t.ActionRequest)
+	return b.String()
+}
+
+// InsertSkills puts an episode skill after the task line and a step skill
+// just before the action request. Empty skills insert nothing.
+func InsertSkills(userText, actionRequest, episodeSkill, stepSkill string) string {
+	out := userText
+	if episodeSkill != "" {
+		if i := strings.Index(out, TaskLinePrefix); i >= 0 {
+			end := strings.IndexByte(out[i:], '\n')
+			if end < 0 {
+				end = len(out) - i
+			}
+			at := i + end
+			out = out[:at] + "\nSkill from experience: " + episodeSkill + out[at:]
+		}
+	}
+	if stepSkill != "" {
+		if i := strings.LastIndex(out, actionRequest); i >= 0 && actionRequest != "" {
+			out = out[:i] + "Advice for this step: " + stepSkill + "\n" + out[i:]
+		}
+	}
+	return out
+}
