@@ -259,3 +259,33 @@ func TestConfigValidate(t *testing.T) {
 	}
 
 }
+
+func TestSciWorldFlavor(t *testing.T) {
+	var resetBody map[string]any
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		switch r.URL.Path {
+		case "/create":
+			w.Write([]byte(`{"id": 2}`))
+		case "/reset":
+			json.Unmarshal(body, &resetBody)
+			w.Write([]byte(`{"observation": "This room is called the kitchen.", "available_actions": ["look around", "open door"]}`))
+		case "/step":
+			w.Write([]byte(`{"observation": "You boil the water.", "reward": 1, "score": 100, "done": true}`))
+		}
+	}))
+	defer hs.Close()
+	c, _ := New(DefaultConfig(hs.URL, SciWorld))
+	ctx := context.Background()
+	st, err := c.Reset(ctx, envadapters.Task{Index: 4})
+	if err != nil || st.Observation != "This room is called the kitchen." || len(st.Admissible) != 2 {
+		t.Fatalf("reset %+v %v", st, err)
+	}
+	if resetBody["id"] != float64(2) || resetBody["data_idx"] != float64(4) {
+		t.Errorf("reset body %v", resetBody)
+	}
+	st, err = c.Step(ctx, "boil water")
+	if err != nil || !st.Done || !st.Won || st.Score != 100 {
+		t.Fatalf("step %+v %v", st, err)
+	}
+}
