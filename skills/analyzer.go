@@ -1,0 +1,164 @@
+package skills
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/seedctl/seedctl/inference"
+	"github.com/seedctl/seedctl/rollout"
+	"github.com/seedctl/seedctl/tokenizer"
+)
+
+// Request is one trajectory to analyze with its candidate critical steps.
+type Request struct {
+	Traj       *rollout.Trajectory
+	Candidates []int
+}
+
+// Analyzer writes skills for trajectories.
+type Analyzer interface {
+	Name() string
+	Analyze(ctx context.Context, reqs []Request) ([]Record, error)
+}
+
+// asker answers prompts, in order.
+type asker func(ctx context.Context, prompts []string) ([]string, error)
+
+// analyzeWith runs the shared flow: analysis prompts, parsing, one repair
+// round for answers that do not parse, then "no skill".
+func analyzeWith(ctx context.Context, name string, k int, reqs []Request, ask asker) ([]Record, error) {
+	prompts := make([]string, len(reqs))
+	for i, r := range reqs {
+		prompts[i] = AnalysisPrompt(r.Traj, r.Candidates, k)
+	}
+	answers, err := ask(ctx, prompts)
+	if err != nil {
+		return nil, fmt.Errorf("%s analyzer: %w", name, err)
+	}
+	recs := make([]Record, len(reqs))
+	var repairIdx []int
+	var repairPrompts []string
+	for i, r := range reqs {
+		recs[i] = Record{TrajectoryID: r.Traj.ID, TaskID: r.Traj.Task.ID, Iteration: r.Traj.Iteration, Analyzer: name,
+			Won: r.Traj.Won, CriticalSteps: r.Candidates, Prompt: prompts[i], Raw: answers[i]}
+		sk, perr := Parse(answers[i], ParseOptions{Candidates: r.Candidates, MaxStep: k})
+		if perr != nil {
+			repairIdx = append(repairIdx, i)
+			repairPrompts = append(repairPrompts, RepairPrompt(answers[i], perr))
+			recs[i].ParseError = perr.Error()
+			continue
+		}
+		recs[i].Skill = sk
+	}
+	if len(repairIdx) > 0 {
+		fixed, err := ask(ctx, repairPrompts)
+		if err != nil {
+			return nil, fmt.Errorf("%s analyzer: repair round: %w", name, err)
+		}
+		for j, i := range repairIdx {
+			recs[i].Repaired, recs[i].RepairRaw = true, fixed[j]
+			sk, perr := Parse(fixed[j], ParseOptions{Candidates: reqs[i].Candidates, MaxStep: k})
+			if perr != nil {
+				recs[i].ParseError = "after repair: " + perr.Error()
+				continue
+			}
+			recs[i].Skill, recs[i].ParseError = sk, ""
+		}
+	}
+	for i := range recs {
+		if recs[i].Skill != nil && recs[i].Skill.Empty() {
+			recs[i].Skill = nil // too short to count
+		}
+	}
+	return recs, nil
+}
+
+// SelfAnalyzer asks the current policy snapshot through its backend.
+type SelfAnalyzer struct {
+	Policy      *rollout.Policy
+	MaxTokens   int
+	Temperature float64
+	K           int
+	Snapshot    string
+}
+
+func (a *SelfAnalyzer) Name() string { return "self" }
+
+func (a *SelfAnalyzer) Analyze(ctx context.Context, reqs []Request) ([]Record, error) {
+	ask := func(ctx context.Context, prompts []string) ([]string, error) {
+		gen := make([]inference.GenRequest, len(prompts))
+		for i, p := range prompts {
+			ids, err := a.Policy.StartIDs("", p)
+			if err != nil {
+				return nil, err
+			}
+			gen[i] = inference.GenRequest{Prompt: ids, MaxTokens: a.MaxTokens, Temperature: a.Temperature, StopTokenIDs: []int{a.Policy.EOS}}
+		}
+		res, err := a.Policy.Backend.Generate(ctx, gen)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]string, len(res))
+		for i, r := range res {
+			if out[i], err = a.Policy.Tok.Decode(r.IDs, tokenizer.DecodeOptions{SkipSpecial: true}); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	recs, err := analyzeWith(ctx, a.Name(), a.K, reqs, ask)
+	for i := range recs {
+		recs[i].Snapshot = a.Snapshot
+	}
+	return recs, err
+}
+
+// ExternalAnalyzer asks a hosted OpenAI-compatible chat model.
+type ExternalAnalyzer struct {
+	Client      *inference.ChatClient
+	Temperature float32
+	MaxTokens   int
+	K           int
+	Model       string
+}
+
+func (a *ExternalAnalyzer) Name() string { return "external" }
+
+func (a *ExternalAnalyzer) Analyze(ctx context.Context, reqs []Request) ([]Record, error) {
+	ask := func(ctx context.Context, prompts []string) ([]string, error) {
+		out := make([]string, len(prompts))
+		errs := make(chan error, len(prompts))
+		done := make(chan struct{}, len(prompts))
+		for i, p := range prompts {
+			go func(i int, p string) {
+				s, err := a.Client.Complete(ctx, []inference.ChatMessage{{Role: "user", Content: p}}, inference.ChatOptions{Temperature: a.Temperature, MaxTokens: a.MaxTokens})
+				if err != nil {
+					errs <- err
+					return
+				}
+				out[i] = s
+				done <- struct{}{}
+			}(i, p)
+		}
+		for range prompts {
+			select {
+			case err := <-errs:
+				return nil, err
+			case <-done:
+			}
+		}
+		return out, nil
+	}
+	recs, err := analyzeWith(ctx, a.Name(), a.K, reqs, ask)
+	for i := range recs {
+		recs[i].Snapshot = a.Model
+	}
+	return recs, err
+}
+
+// skillJSON renders a skill as the analyzer answer shape.
+func skillJSON(s *Skill) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

@@ -1,0 +1,287 @@
+package skills
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"regexp"
+	"strings"
+
+	"github.com/seedctl/seedctl/rollout"
+)
+
+// OracleAnalyzer writes skills for the built-in environments from what the
+// trajectory shows (its actions and observations) and the task family's
+// recipe, never from hidden environment state. Wording varies by trajectory
+// so a model cannot learn a single template.
+type OracleAnalyzer struct {
+	K int
+}
+
+func (a *OracleAnalyzer) Name() string { return "oracle" }
+
+func (a *OracleAnalyzer) Analyze(ctx context.Context, reqs []Request) ([]Record, error) {
+	ask := func(_ context.Context, _ []string) ([]string, error) {
+		out := make([]string, len(reqs))
+		for i, r := range reqs {
+			out[i] = skillJSON(oracleSkill(r.Traj, r.Candidates, a.K))
+		}
+		return out, nil
+	}
+	return analyzeWith(ctx, a.Name(), a.K, reqs, ask)
+}
+
+// pick chooses a variant deterministically per trajectory and purpose.
+func pick(t *rollout.Trajectory, purpose string, options ...string) string {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s/%s", t.ID, purpose)
+	return options[int(h.Sum32())%len(options)]
+}
+
+func oracleSkill(t *rollout.Trajectory, candidates []int, k int) *Skill {
+	switch t.Task.Env {
+	case "household":
+		return householdSkill(t, candidates, k)
+	case "webshop":
+		return webshopSkill(t, candidates, k)
+	case "searchqa":
+		return searchqaSkill(t, candidates, k)
+	}
+	return &Skill{EpisodeSummary: "No recipe for this environment.", StepSkills: map[int]string{}}
+}
+
+// ---- household ----------------------------------------------------------------
+
+var goalRe = regexp.MustCompile(`^(?:put (?:a|some|two) (?:(clean|hot|cool) )?(\w+) (?:in|on) (\w+)|(clean|heat|cool) some (\w+) and put it (?:in|on) (\w+)|find two (\w+) and put them (?:in|on) (\w+)|look at (\w+) under the (\w+)|examine the (\w+) with the (\w+))\.?$`)
+
+type hhGoal struct{ obj, target, prep, lamp string }
+
+func parseHouseholdGoal(goal string) hhGoal {
+	m := goalRe.FindStringSubmatch(strings.TrimSpace(goal))
+	if m == nil {
+		return hhGoal{obj: "object", target: "target"}
+	}
+	g := hhGoal{}
+	switch {
+	case m[2] != "":
+		g.obj, g.target, g.prep = m[2], m[3], m[1]
+	case m[5] != "":
+		g.obj, g.target, g.prep = m[5], m[6], map[string]string{"clean": "clean", "heat": "hot", "cool": "cool"}[m[4]]
+	case m[7] != "":
+		g.obj, g.target = m[7], m[8]
+	case m[9] != "":
+		g.obj, g.lamp = m[9], m[10]
+	case m[11] != "":
+		g.obj, g.lamp = m[11], m[12]
+	}
+	return g
+}
+
+var appliance = map[string]string{"clean": "sinkbasin", "hot": "microwave", "cool": "fridge"}
+var verb = map[string]string{"clean": "clean", "hot": "heat", "cool": "cool"}
+
+// observed facts from the trajectory text.
+type hhSeen struct {
+	foundAt   string // receptacle the object was taken from
+	took      int    // step of the first successful take, -1 if none
+	prepared  int    // step of the successful heat/cool/clean, -1
+	invalid   int
+	repeats   int
+	lastMoved string
+}
+
+func readHousehold(t *rollout.Trajectory, g hhGoal) hhSeen {
+	s := hhSeen{took: -1, prepared: -1}
+	prev := ""
+	run := 0
+	for i, st := range t.Steps {
+		if !st.Valid {
+			s.invalid++
+		}
+		if st.Action == prev && st.Action != "" {
+			run++
+			if run >= 2 {
+				s.repeats++
+			}
+		} else {
+			run = 0
+		}
+		prev = st.Action
+		if s.took < 0 && strings.HasPrefix(st.Observation, "You pick up the "+g.obj) {
+			s.took = i
+			if j := strings.Index(st.Observation, " from the "); j >= 0 {
+				s.foundAt = strings.TrimSuffix(st.Observation[j+len(" from the "):], ".")
+			}
+		}
+		if s.prepared < 0 && g.prep != "" && strings.HasPrefix(st.Observation, "You "+verb[g.prep]+" the "+g.obj) {
+			s.prepared = i
+		}
+		if strings.HasPrefix(st.Observation, "You move the ") {
+			s.lastMoved = st.Observation
+		}
+	}
+	return s
+}
+
+// recepType drops a receptacle's number: "cabinet 3" → "cabinet".
+func recepType(name string) string {
+	f := strings.Fields(name)
+	if len(f) == 0 {
+		return name
+	}
+	return f[0]
+}
+
+func householdSkill(t *rollout.Trajectory, candidates []int, k int) *Skill {
+	g := parseHouseholdGoal(t.Task.Goal)
+	s := readHousehold(t, g)
+	sk := &Skill{StepSkills: map[int]string{}}
+	where := "a receptacle"
+	if s.foundAt != "" {
+		where = "the " + recepType(s.foundAt)
+	}
+	if t.Won {
+		sk.EpisodeSummary = fmt.Sprintf("The agent found the %s in %s and completed the task in %d steps.", g.obj, where, len(t.Steps))
+		switch {
+		case g.lamp != "":
+			sk.EpisodeSkill = pick(t, "win", fmt.Sprintf("First pick up the %s (it was in %s), then go to the %s and use it while still holding the %s.", g.obj, where, g.lamp, g.obj),
+				fmt.Sprintf("Get the %s from %s, carry it to the %s, and switch the lamp on with the %s in hand.", g.obj, where, g.lamp, g.obj))
+		case g.prep != "":
+			sk.EpisodeSkill = pick(t, "win", fmt.Sprintf("Take the %s from %s, %s it with the %s, then go to the %s and move it there.", g.obj, where, verb[g.prep], appliance[g.prep], g.target),
+				fmt.Sprintf("Find the %s (here in %s), bring it to the %s to %s it, and only then place it at the %s.", g.obj, where, appliance[g.prep], verb[g.prep], g.target))
+		default:
+			sk.EpisodeSkill = pick(t, "win", fmt.Sprintf("Look for the %s in places like %s, take it, go to the %s and move it there.", g.obj, where, g.target),
+				fmt.Sprintf("Check receptacles like %s for the %s, pick it up, then deliver it to the %s with a move action.", where, g.obj, g.target))
+			if strings.HasPrefix(t.Task.Goal, "put two") || strings.HasPrefix(t.Task.Goal, "find two") {
+				sk.EpisodeSkill += " Then fetch a second one the same way."
+			}
+		}
+	} else {
+		sk.EpisodeSummary = fmt.Sprintf("The agent did not complete the task within %d steps.", len(t.Steps))
+		switch {
+		case s.invalid >= 2:
+			sk.EpisodeSkill = pick(t, "lose", "Only use actions from the admissible list, written exactly; invented commands do nothing.",
+				"Copy one admissible action exactly each turn; anything else is ignored and wastes a step.")
+		case s.took < 0:
+			sk.EpisodeSkill = pick(t, "lose", fmt.Sprintf("When the %s is not in sight, open closed containers such as cabinets and drawers one by one instead of revisiting places.", g.obj),
+				fmt.Sprintf("Search systematically for the %s: go to each unvisited receptacle and open it if it is closed.", g.obj))
+		case g.prep != "" && s.prepared < 0:
+			sk.EpisodeSkill = pick(t, "lose", fmt.Sprintf("The %s must be %sed at the %s before it is placed; do that right after picking it up.", g.obj, strings.TrimSuffix(verb[g.prep], "e"), appliance[g.prep]),
+				fmt.Sprintf("Do not deliver the %s untreated: go to the %s and %s it first.", g.obj, appliance[g.prep], verb[g.prep]))
+		case g.lamp != "":
+			sk.EpisodeSkill = pick(t, "lose", fmt.Sprintf("Keep holding the %s, go to the %s and use the lamp; looking elsewhere does not count.", g.obj, g.lamp),
+				fmt.Sprintf("The task needs the %s switched on while you hold the %s; go there directly.", g.lamp, g.obj))
+		case s.repeats > 0:
+			sk.EpisodeSkill = pick(t, "lose", "Do not repeat an action that changed nothing; move on to the next useful step.",
+				"Repeating the same action is a warning sign: choose a different admissible action that makes progress.")
+		default:
+			sk.EpisodeSkill = pick(t, "lose", fmt.Sprintf("After getting the %s, go straight to the %s and move it there before the steps run out.", g.obj, g.target),
+				fmt.Sprintf("Once you hold the %s, stop exploring and deliver it to the %s.", g.obj, g.target))
+		}
+	}
+	for _, c := range candidates {
+		if len(sk.StepSkills) >= k {
+			break
+		}
+		var adv string
+		switch {
+		case s.took < 0 || c <= s.took:
+			adv = pick(t, fmt.Sprint("s", c), fmt.Sprintf("Look for the %s inside a receptacle you have not opened yet.", g.obj),
+				fmt.Sprintf("Go to an unexplored receptacle and open it to find the %s.", g.obj))
+		case g.prep != "" && (s.prepared < 0 || c <= s.prepared):
+			adv = fmt.Sprintf("Take the %s to the %s and %s it now.", g.obj, appliance[g.prep], verb[g.prep])
+		case g.lamp != "":
+			adv = fmt.Sprintf("Carry the %s to the %s and use it.", g.obj, g.lamp)
+		default:
+			adv = fmt.Sprintf("Go to the %s and move the %s there.", g.target, g.obj)
+		}
+		sk.StepSkills[c] = adv
+	}
+	return sk
+}
+
+// ---- webshop ------------------------------------------------------------------
+
+func webshopSkill(t *rollout.Trajectory, candidates []int, k int) *Skill {
+	sk := &Skill{StepSkills: map[int]string{}}
+	clicked, bought := false, false
+	invalid := 0
+	for _, st := range t.Steps {
+		if strings.HasPrefix(strings.ToLower(st.Action), "click[b0") {
+			clicked = true
+		}
+		if strings.Contains(st.Observation, "Thank you for shopping") {
+			bought = true
+		}
+		if !st.Valid {
+			invalid++
+		}
+	}
+	if t.Won {
+		sk.EpisodeSummary = fmt.Sprintf("The agent bought a product meeting every constraint in %d steps.", len(t.Steps))
+		sk.EpisodeSkill = pick(t, "win", "Search with the product type and the requested attributes, open a matching result, click each requested option, then buy now.",
+			"Query for the item and its key features, open the best match, select all requested options and only then click buy now.")
+	} else {
+		sk.EpisodeSummary = fmt.Sprintf("The agent did not buy a fully matching product (score %.0f).", t.Score)
+		switch {
+		case invalid >= 2:
+			sk.EpisodeSkill = pick(t, "lose", "Use search[...] only on the search page and click[...] only on buttons that are listed.", "Stick to listed buttons with click[...]; free text and missing buttons do nothing.")
+		case !clicked:
+			sk.EpisodeSkill = pick(t, "lose", "Open a result whose title matches the requested product before trying anything else.", "Do not stay on the results page: click the result that matches the instruction.")
+		case bought:
+			sk.EpisodeSkill = pick(t, "lose", "Before buying, select every requested option and check the price limit; missing options lower the score.", "Click each option named in the instruction on the item page, then buy now.")
+		default:
+			sk.EpisodeSkill = pick(t, "lose", "Once the item and options are right, click buy now instead of browsing further.", "Finish the purchase before running out of steps: choose options and click buy now.")
+		}
+	}
+	for _, c := range candidates {
+		if len(sk.StepSkills) < k {
+			sk.StepSkills[c] = pick(t, fmt.Sprint("s", c), "Pick the action that moves toward buying the matching item with its options.", "Choose the listed button that gets you closer to the requested product.")
+		}
+	}
+	return sk
+}
+
+// ---- searchqa -----------------------------------------------------------------
+
+func searchqaSkill(t *rollout.Trajectory, candidates []int, k int) *Skill {
+	sk := &Skill{StepSkills: map[int]string{}}
+	twoHop := t.Task.Family == "2hop"
+	searches, answered := 0, false
+	for _, st := range t.Steps {
+		if strings.Contains(strings.ToLower(st.Action), "<search>") {
+			searches++
+		}
+		if strings.HasPrefix(st.Observation, "You answered") {
+			answered = true
+		}
+	}
+	if t.Won {
+		sk.EpisodeSummary = fmt.Sprintf("The agent answered correctly after %d searches.", searches)
+		if twoHop {
+			sk.EpisodeSkill = pick(t, "win", "Search the named entity first, read off the intermediate entity, search that one, then answer with the exact name found.",
+				"For a two-step question, find the linking entity with a first search and the answer with a second.")
+		} else {
+			sk.EpisodeSkill = pick(t, "win", "Search for the entity named in the question with the asked relation, then copy the answer from the top passage.",
+				"One search on the question's entity is enough; answer with the exact phrase from the passage.")
+		}
+	} else {
+		sk.EpisodeSummary = "The agent did not give the correct answer."
+		switch {
+		case searches == 0:
+			sk.EpisodeSkill = pick(t, "lose", "Always search before answering; guesses without evidence are wrong.", "Never answer from memory: run a search on the question's entity first.")
+		case twoHop && searches < 2:
+			sk.EpisodeSkill = pick(t, "lose", "A question about the X of the Y of Z needs two searches: do not answer after the first.", "After the first search names an intermediate entity, search that entity before answering.")
+		case !answered:
+			sk.EpisodeSkill = pick(t, "lose", "Answer inside answer tags once a passage states the fact, before the turns run out.", "Stop searching when the evidence is found and give the answer.")
+		default:
+			sk.EpisodeSkill = pick(t, "lose", "Copy the answer exactly as the passage states it, without extra words.", "Check that the answer matches the relation asked, not a neighbouring fact.")
+		}
+	}
+	for _, c := range candidates {
+		if len(sk.StepSkills) < k {
+			sk.StepSkills[c] = pick(t, fmt.Sprint("s", c), "Search for the entity the question depends on at this point.", "Use a search query naming the entity and the relation you still need.")
+		}
+	}
+	return sk
+}

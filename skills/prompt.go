@@ -1,0 +1,189 @@
+package skills
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/seedctl/seedctl/rollout"
+)
+
+// MinSkillWords: shorter skill texts count as no skill.
+const MinSkillWords = 5
+
+// DefaultMaxStepSkills is K, the most step skills per trajectory.
+const DefaultMaxStepSkills = 5
+
+// maxObsChars keeps long observations from flooding the analysis prompt.
+const maxObsChars = 400
+
+func clip(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + " …"
+}
+
+// AnalysisPrompt asks for the hindsight skill of a trajectory: the task, the
+// outcome, the numbered steps, the candidate critical steps and the exact
+// JSON shape. Success asks for a workflow, failure for an avoidance rule.
+func AnalysisPrompt(t *rollout.Trajectory, candidates []int, k int) string {
+	var b strings.Builder
+	b.WriteString("You are reviewing one finished episode of an agent, to write a reusable lesson from it.\n\n")
+	fmt.Fprintf(&b, "Task: %s\n", t.Task.Goal)
+	outcome := "FAILURE (the task was not completed)"
+	if t.Won {
+		outcome = "SUCCESS (the task was completed)"
+	}
+	fmt.Fprintf(&b, "Outcome: %s, return %.2f, %d steps.\n\n", outcome, t.Return, len(t.Steps))
+	fmt.Fprintf(&b, "Initial observation: %s\n\nSteps:\n", clip(t.FirstObservation, 2*maxObsChars))
+	for i, s := range t.Steps {
+		act := s.Action
+		if act == "" {
+			act = "(no valid action: " + clip(s.Text, 80) + ")"
+		}
+		fmt.Fprintf(&b, "%d. action: %s\n   result: %s\n", i, act, clip(s.Observation, maxObsChars))
+	}
+	b.WriteString("\n")
+	if len(candidates) > 0 {
+		strs := make([]string, len(candidates))
+		for i, c := range candidates {
+			strs[i] = strconv.Itoa(c)
+		}
+		fmt.Fprintf(&b, "Candidate critical steps (0-based): %s. Write step skills only for these, at most %d.\n", strings.Join(strs, ", "), k)
+	} else {
+		b.WriteString("There are no candidate critical steps: leave step_skills empty.\n")
+	}
+	if t.Won {
+		b.WriteString("Because the episode succeeded, episode_skill must be a workflow: the decision rule and the order of actions that worked, written so it applies to similar tasks.\n")
+	} else {
+		b.WriteString("Because the episode failed, episode_skill must be an avoidance rule: the core mistake and the warning signs that it is happening again.\n")
+	}
+	b.WriteString("Each step skill is one short imperative sentence of advice for that step.\n\n")
+	b.WriteString("Answer with exactly this JSON object and nothing else:\n")
+	b.WriteString(`{"episode_summary": "<one sentence on what happened>", "episode_skill": "<the workflow or avoidance rule>", "step_skills": {"<step number>": "<advice for that step>"}}`)
+	return b.String()
+}
+
+// RepairPrompt is sent once when an answer does not parse.
+func RepairPrompt(bad string, perr error) string {
+	return fmt.Sprintf("Your previous answer could not be used: %v.\nPrevious answer:\n%s\n\nReply again with only this JSON object, with string values and step numbers as keys:\n"+
+		`{"episode_summary": "...", "episode_skill": "...", "step_skills": {"3": "..."}}`, perr, clip(bad, 2000))
+}
+
+// ErrNoJSON means no JSON object was found in an answer.
+var ErrNoJSON = errors.New("no JSON object in the answer")
+
+// extractObject finds the first balanced {...} in text, skipping code fences
+// and prose around it; strings are respected so braces inside them don't
+// count.
+func extractObject(text string) (string, error) {
+	start := strings.IndexByte(text, '{')
+	for start >= 0 {
+		depth, inStr, esc := 0, false, false
+		for i := start; i < len(text); i++ {
+			c := text[i]
+			switch {
+			case esc:
+				esc = false
+			case inStr && c == '\\':
+				esc = true
+			case c == '"':
+				inStr = !inStr
+			case inStr:
+			case c == '{':
+				depth++
+			case c == '}':
+				depth--
+				if depth == 0 {
+					return text[start : i+1], nil
+				}
+			}
+		}
+		// Unbalanced (truncated): try a later opening brace.
+		next := strings.IndexByte(text[start+1:], '{')
+		if next < 0 {
+			break
+		}
+		start += 1 + next
+	}
+	return "", ErrNoJSON
+}
+
+// ParseOptions bound what a parsed skill may contain.
+type ParseOptions struct {
+	Candidates []int // steps allowed step skills
+	MaxStep    int   // K
+}
+
+// Parse reads an analyzer's answer. Wrong shapes are errors (so a repair
+// prompt can be sent); short texts and step skills for non-candidate steps
+// are dropped, not errors.
+func Parse(answer string, opt ParseOptions) (*Skill, error) {
+	obj, err := extractObject(answer)
+	if err != nil {
+		return nil, err
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(obj), &raw); err != nil {
+		return nil, fmt.Errorf("invalid JSON: %v", err)
+	}
+	str := func(key string) (string, error) {
+		v, ok := raw[key]
+		if !ok {
+			return "", fmt.Errorf("missing %q", key)
+		}
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			return "", fmt.Errorf("%q must be a string", key)
+		}
+		return strings.TrimSpace(s), nil
+	}
+	sk := &Skill{StepSkills: map[int]string{}}
+	if sk.EpisodeSummary, err = str("episode_summary"); err != nil {
+		return nil, err
+	}
+	if sk.EpisodeSkill, err = str("episode_skill"); err != nil {
+		return nil, err
+	}
+	if len(strings.Fields(sk.EpisodeSkill)) < MinSkillWords {
+		sk.EpisodeSkill = ""
+	}
+	if v, ok := raw["step_skills"]; ok && string(v) != "null" {
+		var steps map[string]json.RawMessage
+		if err := json.Unmarshal(v, &steps); err != nil {
+			return nil, errors.New(`"step_skills" must be an object of step number → string`)
+		}
+		allowed := map[int]bool{}
+		for _, c := range opt.Candidates {
+			allowed[c] = true
+		}
+		for key, val := range steps {
+			n, err := strconv.Atoi(strings.TrimSpace(key))
+			if err != nil {
+				return nil, fmt.Errorf("step_skills key %q is not a step number", key)
+			}
+			var s string
+			if err := json.Unmarshal(val, &s); err != nil {
+				return nil, fmt.Errorf("step_skills[%q] must be a string", key)
+			}
+			s = strings.TrimSpace(s)
+			if allowed[n] && len(strings.Fields(s)) >= MinSkillWords {
+				sk.StepSkills[n] = s
+			}
+		}
+		if opt.MaxStep > 0 && len(sk.StepSkills) > opt.MaxStep {
+			keep := map[int]string{}
+			for _, c := range opt.Candidates { // candidates come ranked
+				if v, ok := sk.StepSkills[c]; ok && len(keep) < opt.MaxStep {
+					keep[c] = v
+				}
+			}
+			sk.StepSkills = keep
+		}
+	}
+	return sk, nil
+}

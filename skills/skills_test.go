@@ -1,0 +1,375 @@
+package skills
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/envadapters/household"
+	"github.com/seedctl/seedctl/inference"
+	"github.com/seedctl/seedctl/rollout"
+	"github.com/seedctl/seedctl/tokenizer"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata golden files")
+
+func TestParseUglyAnswers(t *testing.T) {
+	opt := ParseOptions{Candidates: []int{4, 2, 7}, MaxStep: 2}
+	tests := []struct {
+		name, answer string
+		wantErr      string
+		check        func(*Skill) bool
+	}{
+		{"clean", `{"episode_summary": "found it", "episode_skill": "Open the drawers before the shelves every time.", "step_skills": {"2": "Open the drawer next to you now."}}`, "",
+			func(s *Skill) bool { return s.EpisodeSkill != "" && s.StepSkills[2] != "" }},
+		{"code fence and prose", "Sure! Here it is:\n```json\n{\"episode_summary\": \"x\", \"episode_skill\": \"Heat the egg before putting it away.\", \"step_skills\": {}}\n```\nHope this helps {really}.", "",
+			func(s *Skill) bool { return s.EpisodeSkill == "Heat the egg before putting it away." }},
+		{"braces inside strings", `{"episode_summary": "a } b {", "episode_skill": "Use the {lamp} while holding the book.", "step_skills": {}}`, "",
+			func(s *Skill) bool { return strings.Contains(s.EpisodeSkill, "{lamp}") }},
+		{"truncated", `{"episode_summary": "the agent went to`, "no JSON object", nil},
+		{"empty", ``, "no JSON object", nil},
+		{"wrong type", `{"episode_summary": "x", "episode_skill": 42, "step_skills": {}}`, `"episode_skill" must be a string`, nil},
+		{"missing key", `{"episode_summary": "x", "step_skills": {}}`, `missing "episode_skill"`, nil},
+		{"step skills as list", `{"episode_summary": "x", "episode_skill": "Open every closed cabinet you pass.", "step_skills": ["a"]}`, "must be an object", nil},
+		{"bad step key", `{"episode_summary": "x", "episode_skill": "Open every closed cabinet you pass.", "step_skills": {"first": "Open it now please friend."}}`, "not a step number", nil},
+		{"short texts count as none", `{"episode_summary": "x", "episode_skill": "Be careful.", "step_skills": {"4": "Go."}}`, "",
+			func(s *Skill) bool { return s.EpisodeSkill == "" && len(s.StepSkills) == 0 && s.Empty() }},
+		{"only candidates, at most K by rank", `{"episode_summary": "x", "episode_skill": "Search the cabinets in order first.", "step_skills": {"1": "Not a candidate step at all.", "2": "Second ranked candidate step advice.", "4": "Top ranked candidate step advice here.", "7": "Third ranked candidate step advice."}}`, "",
+			func(s *Skill) bool {
+				return len(s.StepSkills) == 2 && s.StepSkills[4] != "" && s.StepSkills[2] != "" && s.StepSkills[1] == ""
+			}},
+	}
+	for _, tt := range tests {
+		sk, err := Parse(tt.answer, opt)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%s: err = %v, want %q", tt.name, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		if !tt.check(sk) {
+			t.Errorf("%s: parsed %+v", tt.name, sk)
+		}
+	}
+}
+
+func trajFor(id string, won bool, steps int) *rollout.Trajectory {
+	t := &rollout.Trajectory{ID: id, Won: won, Task: envadapters.Task{ID: "t/" + id, Goal: "put a mug in fridge."}, FirstObservation: "start\n\nYour task is to: put a mug in fridge."}
+	for i := 0; i < steps; i++ {
+		t.Steps = append(t.Steps, rollout.Step{Action: fmt.Sprint("a", i), Observation: fmt.Sprint("o", i), Valid: true})
+	}
+	return t
+}
+
+func TestRepairPromptSentOnce(t *testing.T) {
+	reqs := []Request{{Traj: trajFor("good", true, 2)}, {Traj: trajFor("fixable", false, 2)}, {Traj: trajFor("hopeless", false, 2)}}
+	calls := 0
+	var repairs []string
+	ask := func(_ context.Context, prompts []string) ([]string, error) {
+		calls++
+		out := make([]string, len(prompts))
+		for i, p := range prompts {
+			switch {
+			case calls == 1 && strings.Contains(p, "Outcome: SUCCESS"):
+				out[i] = `{"episode_summary": "ok", "episode_skill": "Go to the fridge and open it first.", "step_skills": {}}`
+			case calls == 1:
+				out[i] = "I cannot produce JSON, sorry"
+			default:
+				repairs = append(repairs, p)
+				if strings.Contains(p, "I cannot produce JSON") && len(repairs) == 1 {
+					out[i] = `{"episode_summary": "fixed", "episode_skill": "Check inside the cabinets before the shelves.", "step_skills": {}}`
+				} else {
+					out[i] = "still no"
+				}
+			}
+		}
+		return out, nil
+	}
+	recs, err := analyzeWith(context.Background(), "test", 5, reqs, ask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls != 2 || len(repairs) != 2 {
+		t.Fatalf("%d calls, %d repair prompts; want one repair round for the two bad answers", calls, len(repairs))
+	}
+	if recs[0].Skill == nil || recs[0].Repaired || recs[1].Skill == nil || !recs[1].Repaired || recs[2].Skill != nil || !strings.HasPrefix(recs[2].ParseError, "after repair") {
+		t.Fatalf("records: %+v", recs)
+	}
+	if !strings.Contains(repairs[0], "could not be used") || !strings.Contains(repairs[0], "I cannot produce JSON") {
+		t.Errorf("repair prompt %q", repairs[0])
+	}
+}
+
+func TestCriticalSteps(t *testing.T) {
+	// Four trajectories of one task share anchor states; returns differ.
+	mk := func(id string, obs []string, rewards []float64) *rollout.Trajectory {
+		tr := &rollout.Trajectory{ID: id, FirstObservation: "S0"}
+		for i := range obs {
+			tr.Steps = append(tr.Steps, rollout.Step{Observation: obs[i], Reward: rewards[i]})
+		}
+		return tr
+	}
+	group := []*rollout.Trajectory{
+		mk("win", []string{"A", "B", "done"}, []float64{0, 0, 1}),
+		mk("lose1", []string{"A", "X", "X"}, []float64{0, -0.1, -0.1}),
+		mk("lose2", []string{"C", "X", "Y"}, []float64{-0.1, 0, 0}),
+		mk("win2", []string{"A", "B", "done"}, []float64{0, 0, 1}),
+	}
+	got := CriticalSteps(group, CriticalConfig{Gamma: 1, K: 2})
+	// Anchor S0 (step 0 of all four) has the largest spread: the losers'
+	// first steps fall below its mean. Anchor A (step 1: win, lose1, win2)
+	// puts lose1's step 1 below the mean too.
+	if len(got["win"]) != 0 || len(got["win2"]) != 0 {
+		t.Errorf("winners got critical steps: %v", got)
+	}
+	// lose1's step 1 falls 0.8 below anchor A's mean, its step 0 0.625 below S0's.
+	if fmt.Sprint(got["lose1"]) != "[1 0]" {
+		t.Errorf("lose1: %v", got["lose1"])
+	}
+	if fmt.Sprint(got["lose2"]) != "[0]" {
+		t.Errorf("lose2: %v", got["lose2"])
+	}
+	for id, steps := range got {
+		if len(steps) > 2 {
+			t.Errorf("%s has %d steps, K=2", id, len(steps))
+		}
+	}
+	if len(CriticalSteps([]*rollout.Trajectory{group[0]}, DefaultCriticalConfig())) != 0 {
+		t.Error("a single trajectory has no groups of two")
+	}
+}
+
+// scriptBackend replies with an admissible action taken from the prompt.
+type scriptBackend struct {
+	tok *tokenizer.Tokenizer
+	eos int
+	r   *rand.Rand
+}
+
+func (s *scriptBackend) Generate(_ context.Context, reqs []inference.GenRequest) ([]inference.GenResult, error) {
+	out := make([]inference.GenResult, len(reqs))
+	for i, q := range reqs {
+		text, _ := s.tok.Decode(q.Prompt, tokenizer.DecodeOptions{})
+		reply := "hmm"
+		if k := strings.LastIndex(text, "Admissible actions: "); k >= 0 {
+			acts := strings.Split(strings.SplitN(text[k+len("Admissible actions: "):], "\n", 2)[0], "; ")
+			reply = "<action>" + acts[s.r.IntN(len(acts))] + "</action>"
+		}
+		ids, _ := s.tok.Encode(reply)
+		if s.r.IntN(2) == 0 {
+			ids = append(ids, s.eos)
+		}
+		out[i] = inference.GenResult{IDs: ids, LogProbs: make([]float64, len(ids))}
+	}
+	return out, nil
+}
+func (s *scriptBackend) Score(context.Context, [][]int) ([][]float64, error) { return nil, nil }
+func (s *scriptBackend) Release(context.Context) error                       { return nil }
+func (s *scriptBackend) Publish(context.Context, string, string) error       { return nil }
+func (s *scriptBackend) Health(context.Context) error                        { return nil }
+func (s *scriptBackend) Close() error                                        { return nil }
+
+func tinyPolicy(t *testing.T) *rollout.Policy {
+	t.Helper()
+	tc := tokenizer.DefaultTrainConfig()
+	tc.VocabSize = 500
+	tok, err := tokenizer.TrainBPE([]string{"You arrive at cabinet 1. Your task is to: put a mug in fridge. <action>go to cabinet 2</action> Skill from experience: Advice for this step:"}, tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eos, _ := tok.TokenID("<|im_end|>")
+	p, err := rollout.NewPolicy(&scriptBackend{tok: tok, eos: eos, r: rand.New(rand.NewPCG(1, 1))}, tok,
+		&tokenizer.Config{EOSToken: "<|im_end|>", ChatTemplate: tokenizer.Qwen25ChatTemplate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestTeacherAlignment: for random skills on random trajectories, in both
+// prompt modes, the sampled response ids sit at the mapped positions of
+// both sequences, the skills are really in the teacher sequence, and only
+// steps with a skill are distilled.
+func TestTeacherAlignment(t *testing.T) {
+	p := tinyPolicy(t)
+	b, _ := envadapters.Lookup(household.Name)
+	tasks, _ := b.Tasks(envadapters.Train, 3)
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, mode := range []string{rollout.ModeChat, rollout.ModeWindow} {
+		cfg := rollout.DefaultConfig()
+		cfg.Mode, cfg.GroupSize, cfg.EnvOptions = mode, 3, envadapters.Options{"max_steps": "5"}
+		run, _ := rollout.NewRunner(cfg, household.Name, b, p, zerolog.Nop())
+		trajs, err := run.Run(context.Background(), tasks, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tr := range trajs {
+			sk := &Skill{EpisodeSkill: "Open every closed cabinet before moving on.", StepSkills: map[int]string{}}
+			for i := range tr.Steps {
+				if r.IntN(2) == 0 {
+					sk.StepSkills[i] = fmt.Sprintf("Advice number %d for this particular step.", i)
+				}
+			}
+			for _, m := range []Mode{EpisodeStep, StepOnly, EpisodeOnly} {
+				tc, err := BuildTeacher(tr, sk, m, run.Template(), p)
+				if err != nil {
+					t.Fatalf("%s %s %s: %v", mode, tr.ID, m, err)
+				}
+				spans := 0
+				for _, pair := range tc.Pairs {
+					teacherText, _ := p.Tok.Decode(pair.Teacher, tokenizer.DecodeOptions{})
+					if m != StepOnly && !strings.Contains(teacherText, sk.EpisodeSkill) {
+						t.Fatalf("%s %s: the episode skill is not in the teacher sequence", mode, m)
+					}
+					for _, s := range pair.Spans {
+						spans++
+						want := m != StepOnly || sk.StepSkills[s.Step] != ""
+						if s.Distill != want {
+							t.Errorf("%s %s step %d: distill %v", mode, m, s.Step, s.Distill)
+						}
+						if !reflect.DeepEqual(pair.Plain[s.PlainStart:s.PlainStart+s.Len], tr.Steps[s.Step].ResponseIDs) {
+							t.Fatalf("%s %s step %d: plain span is not the sampled response", mode, m, s.Step)
+						}
+					}
+					if mode == rollout.ModeChat {
+						seq, _ := tr.Sequence()
+						if !reflect.DeepEqual(pair.Plain, seq) {
+							t.Fatalf("%s: the plain sequence is not the trajectory's", tr.ID)
+						}
+					}
+				}
+				if spans != len(tr.Steps) {
+					t.Fatalf("%d spans for %d steps", spans, len(tr.Steps))
+				}
+			}
+		}
+	}
+	// A corrupted context is caught.
+	tc := &TeacherContext{TrajectoryID: "x", Pairs: []SeqPair{{Plain: []int{1, 2, 3}, Teacher: []int{9, 2, 4}, Spans: []Span{{PlainStart: 1, TeacherStart: 1, Len: 2}}}}}
+	if err := tc.Verify(); !errors.Is(err, ErrMisaligned) {
+		t.Errorf("misaligned context: %v", err)
+	}
+}
+
+func TestShuffleIsDerangement(t *testing.T) {
+	var sks []*Skill
+	for i := 0; i < 10; i++ {
+		sks = append(sks, &Skill{EpisodeSkill: fmt.Sprint(i)})
+	}
+	out := Shuffle(sks, 3)
+	for i := range sks {
+		if out[i] == sks[i] || out[i] == nil {
+			t.Fatalf("position %d kept its own skill or got none", i)
+		}
+	}
+}
+
+// expertTrajectory plays the scripted expert (or a failing policy) and
+// records it the way rollout does, without tokens (the oracle reads text).
+func expertTrajectory(t *testing.T, task envadapters.Task, fail bool) *rollout.Trajectory {
+	b, _ := envadapters.Lookup(household.Name)
+	e, _ := b.New(envadapters.Options{"max_steps": "8"})
+	ctx := context.Background()
+	st, _ := e.Reset(ctx, task)
+	tr := &rollout.Trajectory{ID: fmt.Sprintf("%s-%v", task.ID, fail), Task: task, FirstObservation: st.Observation, Mode: rollout.ModeChat}
+	x, _ := b.Expert(e)
+	for !st.Done {
+		a, _ := x.Act()
+		if fail {
+			a = "look"
+		}
+		st, _ = e.Step(ctx, a)
+		tr.Steps = append(tr.Steps, rollout.Step{Action: a, Observation: st.Observation, Valid: !st.Invalid, Reward: st.Reward, Done: st.Done})
+		tr.Return += st.Reward
+	}
+	tr.Won = st.Won
+	return tr
+}
+
+// TestOracleSkillsGolden: the oracle's skills describe what the trajectory
+// showed — a successful one names where the object was found.
+func TestOracleSkillsGolden(t *testing.T) {
+	b, _ := envadapters.Lookup(household.Name)
+	tasks, _ := b.Tasks(envadapters.Train, 6)
+	var reqs []Request
+	for _, task := range tasks {
+		reqs = append(reqs, Request{Traj: expertTrajectory(t, task, false), Candidates: nil})
+		reqs = append(reqs, Request{Traj: expertTrajectory(t, task, true), Candidates: []int{1, 3}})
+	}
+	recs, err := (&OracleAnalyzer{K: 5}).Analyze(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b2 strings.Builder
+	for i, rec := range recs {
+		tr := reqs[i].Traj
+		if rec.Skill == nil || rec.ParseError != "" {
+			t.Fatalf("%s: no skill (%s)", rec.TrajectoryID, rec.ParseError)
+		}
+		if tr.Won {
+			// Where the object was found, as the trajectory shows it.
+			for _, s := range tr.Steps {
+				if strings.HasPrefix(s.Observation, "You pick up the ") {
+					from := strings.Fields(s.Observation[strings.Index(s.Observation, " from the ")+len(" from the "):])[0]
+					if !strings.Contains(rec.Skill.EpisodeSkill+rec.Skill.EpisodeSummary, from) {
+						t.Errorf("%s: skill %q does not say the object was in a %s", rec.TrajectoryID, rec.Skill.EpisodeSkill, from)
+					}
+					break
+				}
+			}
+		} else if len(rec.Skill.StepSkills) != 2 {
+			t.Errorf("%s: step skills %v for candidates [1 3]", rec.TrajectoryID, rec.Skill.StepSkills)
+		}
+		fmt.Fprintf(&b2, "%s (%s, won=%v)\n  summary: %s\n  skill:   %s\n", tr.ID, tr.Task.Goal, tr.Won, rec.Skill.EpisodeSummary, rec.Skill.EpisodeSkill)
+		for _, k := range sortedSteps(rec.Skill.StepSkills) {
+			fmt.Fprintf(&b2, "  step %d:  %s\n", k, rec.Skill.StepSkills[k])
+		}
+	}
+	path := filepath.Join("testdata", "oracle_household.golden")
+	if *update {
+		os.MkdirAll("testdata", 0o755)
+		if err := os.WriteFile(path, []byte(b2.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update once)", err)
+	}
+	if b2.String() != string(want) {
+		t.Errorf("oracle skills differ from %s; rerun with -update if intended:\n%s", path, b2.String())
+	}
+}
+
+func TestStoreRoundTrip(t *testing.T) {
+	recs := []Record{
+		{TrajectoryID: "a", Analyzer: "oracle", Raw: "{}", Skill: &Skill{EpisodeSkill: "Do it like this every time.", StepSkills: map[int]string{3: "Now go to the fridge please."}}, CriticalSteps: []int{3}},
+		{TrajectoryID: "b", Analyzer: "self", Raw: "garbage", ParseError: "no JSON object in the answer"},
+	}
+	path := filepath.Join(t.TempDir(), "skills.jsonl")
+	if err := WriteStore(path, recs); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(recs, back) {
+		t.Errorf("round trip:\n%+v\n%+v", recs, back)
+	}
+}

@@ -1,0 +1,138 @@
+package skills
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/seedctl/seedctl/rollout"
+)
+
+// Prompter turns user turns into token ids with the policy's chat template
+// (rollout.Policy implements it).
+type Prompter interface {
+	StartIDs(system, user string) ([]int, error)
+	NextIDs(system, user string) ([]int, error)
+}
+
+// Span locates one step's sampled response tokens in a plain sequence and
+// in its teacher sequence; the ids there are identical.
+type Span struct {
+	Step         int  `json:"step"`
+	PlainStart   int  `json:"plain_start"`
+	TeacherStart int  `json:"teacher_start"`
+	Len          int  `json:"len"`
+	Distill      bool `json:"distill"` // the step's context received a skill
+}
+
+// SeqPair is a plain sequence and the same with skills inserted.
+type SeqPair struct {
+	Plain   []int  `json:"plain"`
+	Teacher []int  `json:"teacher"`
+	Spans   []Span `json:"spans"`
+}
+
+// TeacherContext is what the trainer rescores for one trajectory: one pair
+// per trajectory in chat mode, one per step in window mode.
+type TeacherContext struct {
+	TrajectoryID string    `json:"trajectory_id"`
+	Pairs        []SeqPair `json:"pairs"`
+}
+
+// ErrMisaligned means a teacher sequence's response tokens differ from the
+// sampled ones (a bug, never expected).
+var ErrMisaligned = errors.New("teacher context misaligned with sampled tokens")
+
+// BuildTeacher inserts sk (filtered by mode) into t's prompts: the episode
+// skill after the task line, each step skill before its step's action
+// request. The sampled response ids are copied unchanged; every span is
+// verified.
+func BuildTeacher(t *rollout.Trajectory, sk *Skill, mode Mode, tmpl rollout.Template, p Prompter) (*TeacherContext, error) {
+	s := mode.Apply(sk)
+	if s == nil {
+		s = &Skill{StepSkills: map[int]string{}}
+	}
+	tc := &TeacherContext{TrajectoryID: t.ID}
+	distill := func(i int) bool { return s.EpisodeSkill != "" || s.StepSkills[i] != "" }
+	switch t.Mode {
+	case rollout.ModeChat:
+		var pair SeqPair
+		for i, st := range t.Steps {
+			epi := ""
+			if i == 0 {
+				epi = s.EpisodeSkill // the task line is in the first turn
+			}
+			user := rollout.InsertSkills(st.UserText, tmpl.ActionRequest, epi, s.StepSkills[i])
+			var ids []int
+			var err error
+			if i == 0 {
+				ids, err = p.StartIDs(t.System, user)
+			} else {
+				ids, err = p.NextIDs(t.System, user)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("teacher context of %s step %d: %w", t.ID, i, err)
+			}
+			pair.Plain = append(pair.Plain, st.PromptIDs...)
+			pair.Teacher = append(pair.Teacher, ids...)
+			pair.Spans = append(pair.Spans, Span{Step: i, PlainStart: len(pair.Plain), TeacherStart: len(pair.Teacher), Len: len(st.ResponseIDs), Distill: distill(i)})
+			pair.Plain = append(append(pair.Plain, st.ResponseIDs...), st.ClosingIDs...)
+			pair.Teacher = append(append(pair.Teacher, st.ResponseIDs...), st.ClosingIDs...)
+		}
+		tc.Pairs = []SeqPair{pair}
+	case rollout.ModeWindow:
+		for i, st := range t.Steps {
+			user := rollout.InsertSkills(st.UserText, tmpl.ActionRequest, s.EpisodeSkill, s.StepSkills[i])
+			ids, err := p.StartIDs(t.System, user)
+			if err != nil {
+				return nil, fmt.Errorf("teacher context of %s step %d: %w", t.ID, i, err)
+			}
+			pair := SeqPair{
+				Plain:   append(append([]int(nil), st.PromptIDs...), st.ResponseIDs...),
+				Teacher: append(append([]int(nil), ids...), st.ResponseIDs...),
+				Spans:   []Span{{Step: i, PlainStart: len(st.PromptIDs), TeacherStart: len(ids), Len: len(st.ResponseIDs), Distill: distill(i)}},
+			}
+			tc.Pairs = append(tc.Pairs, pair)
+		}
+	default:
+		return nil, fmt.Errorf("teacher context of %s: unknown prompt mode %q", t.ID, t.Mode)
+	}
+	if err := tc.Verify(); err != nil {
+		return nil, err
+	}
+	return tc, nil
+}
+
+// Verify checks that every span holds identical ids in both sequences.
+func (tc *TeacherContext) Verify() error {
+	for pi, p := range tc.Pairs {
+		for _, s := range p.Spans {
+			if s.PlainStart+s.Len > len(p.Plain) || s.TeacherStart+s.Len > len(p.Teacher) {
+				return fmt.Errorf("%s pair %d step %d: span out of range: %w", tc.TrajectoryID, pi, s.Step, ErrMisaligned)
+			}
+			for k := 0; k < s.Len; k++ {
+				if p.Plain[s.PlainStart+k] != p.Teacher[s.TeacherStart+k] {
+					return fmt.Errorf("%s pair %d step %d token %d: %w", tc.TrajectoryID, pi, s.Step, k, ErrMisaligned)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Shuffle is the random-skill baseline: each trajectory gets another
+// trajectory's skill (a derangement when there are at least two).
+func Shuffle(sks []*Skill, seed uint64) []*Skill {
+	out := make([]*Skill, len(sks))
+	if len(sks) < 2 {
+		copy(out, sks)
+		return out
+	}
+	r := rand.New(rand.NewPCG(seed, 99))
+	perm := r.Perm(len(sks))
+	// Rotate the permutation by one so no index maps to itself.
+	for i := range perm {
+		out[perm[i]] = sks[perm[(i+1)%len(perm)]]
+	}
+	return out
+}
