@@ -70,6 +70,8 @@ func newApp() *cli.App {
 			modelCommand(),
 			serveCommand(),
 			envCommand(),
+			collectCommand(),
+			analyzeCommand(),
 		},
 	}
 }
