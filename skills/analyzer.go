@@ -74,16 +74,24 @@ func analyzeWith(ctx context.Context, name string, k int, reqs []Request, ask as
 	return recs, nil
 }
 
-// SelfAnalyzer asks the current policy snapshot through its backend.
+// SelfAnalyzer asks a policy snapshot through its backend: the current one
+// (SEED's self-analysis), or, for the frozen-analyzer baseline, a fixed
+// checkpoint served by its own backend (Label "frozen").
 type SelfAnalyzer struct {
 	Policy      *rollout.Policy
 	MaxTokens   int
 	Temperature float64
 	K           int
 	Snapshot    string
+	Label       string // "self" when empty
 }
 
-func (a *SelfAnalyzer) Name() string { return "self" }
+func (a *SelfAnalyzer) Name() string {
+	if a.Label != "" {
+		return a.Label
+	}
+	return "self"
+}
 
 func (a *SelfAnalyzer) Analyze(ctx context.Context, reqs []Request) ([]Record, error) {
 	ask := func(ctx context.Context, prompts []string) ([]string, error) {

@@ -16,6 +16,8 @@ import (
 
 	"github.com/seedctl/seedctl/envadapters"
 	"github.com/seedctl/seedctl/envadapters/household"
+	_ "github.com/seedctl/seedctl/envadapters/searchqa"
+	_ "github.com/seedctl/seedctl/envadapters/webshop"
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/tokenizer"
@@ -371,5 +373,45 @@ func TestStoreRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(recs, back) {
 		t.Errorf("round trip:\n%+v\n%+v", recs, back)
+	}
+}
+
+// TestOracleOtherEnvs: webshop and searchqa expert episodes get skills that
+// follow their family recipes.
+func TestOracleOtherEnvs(t *testing.T) {
+	for _, env := range []string{"webshop", "searchqa"} {
+		b, err := envadapters.Lookup(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks, _ := b.Tasks(envadapters.EvalSeen, 4)
+		var reqs []Request
+		for _, task := range tasks {
+			e, _ := b.New(nil)
+			ctx := context.Background()
+			st, _ := e.Reset(ctx, task)
+			x, _ := b.Expert(e)
+			tr := &rollout.Trajectory{ID: task.ID, Task: task, FirstObservation: st.Observation}
+			for !st.Done {
+				a, _ := x.Act()
+				st, _ = e.Step(ctx, a)
+				tr.Steps = append(tr.Steps, rollout.Step{Action: a, Observation: st.Observation, Valid: !st.Invalid, Reward: st.Reward})
+			}
+			tr.Won, tr.Score = st.Won, st.Score
+			reqs = append(reqs, Request{Traj: tr, Candidates: []int{0}})
+		}
+		recs, err := (&OracleAnalyzer{K: 5}).Analyze(context.Background(), reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range recs {
+			if r.Skill == nil || r.Skill.EpisodeSkill == "" || len(r.Skill.StepSkills) != 1 || !reqs[i].Traj.Won {
+				t.Fatalf("%s: %+v", r.TrajectoryID, r)
+			}
+			want := map[string]string{"webshop": "option", "searchqa": "search"}[env]
+			if !strings.Contains(strings.ToLower(r.Skill.EpisodeSkill), want) {
+				t.Errorf("%s: skill %q does not mention %q", r.TrajectoryID, r.Skill.EpisodeSkill, want)
+			}
+		}
 	}
 }
