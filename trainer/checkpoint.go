@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"unsafe"
@@ -477,10 +478,12 @@ func InspectCheckpoint(dir string) (*CheckpointInfo, error) {
 // float64), for tests and logs that need to see weights change.
 func (m *Model) ParamChecksum() (sum float64, err error) {
 	defer guard(&err, "checksumming parameters")
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	quiesceGC()
 	withoutGrad(func() {
 		for _, p := range m.params {
 			a := must(must(p.t.Abs(false)).Sum(gotch.Double, true))
-			sum += a.Float64Values()[0]
+			sum += scalarFloat(a)
 			drop(a)
 		}
 	})

@@ -128,7 +128,7 @@ func (m *Model) Greedy(prompt []int, maxNew int, stop []int, useCache bool) (out
 			t := logits.MustSize()[1]
 			last := must(logits.Narrow(1, t-1, 1, true))
 			am := must(last.Argmax([]int64{-1}, false, true))
-			id := int(am.Int64Values()[0])
+			id := int(scalarInt(am))
 			drop(am)
 			out = append(out, id)
 			seq = append(seq, id)

@@ -3,6 +3,7 @@ package trainer
 import (
 	"fmt"
 	"math"
+	"runtime"
 
 	"github.com/sugarme/gotch"
 )
@@ -28,7 +29,7 @@ func (m *Model) NLLBackward(in Input, targets [][]int) (loss float64, err error)
 	sum := must(lp.Sum(gotch.Float, true))
 	l := mulScalar(sum, -1/float64(n), true)
 	defer drop(l)
-	loss = l.Float64Values()[0]
+	loss = scalarFloat(l)
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
 		return loss, fmt.Errorf("NLL step: loss is %v", loss)
 	}
@@ -36,9 +37,19 @@ func (m *Model) NLLBackward(in Input, targets [][]int) (loss float64, err error)
 	return loss, nil
 }
 
-// ZeroGrad clears accumulated gradients.
+// ZeroGrad clears accumulated gradients. (gotch's Tensor.ZeroGrad lets its
+// temporary grad handle be collected during the zeroing call.)
 func (m *Model) ZeroGrad() {
 	for _, p := range m.params {
-		p.t.ZeroGrad()
+		g, err := p.t.Grad(false)
+		if err != nil {
+			continue
+		}
+		if ok, _ := g.Defined(); ok {
+			_ = g.Detach_()
+			_ = g.Zero_()
+		}
+		runtime.KeepAlive(g)
+		drop(g)
 	}
 }

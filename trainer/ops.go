@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -97,4 +98,44 @@ func addScalar(x *ts.Tensor, v float64, del bool) *ts.Tensor {
 	out := must(x.AddScalar(s, del))
 	runtime.KeepAlive(s)
 	return out
+}
+
+// scalarFloat reads a one-element tensor as float64. gotch's Float64Values
+// converts to a temporary it does not keep alive across the copy, so the
+// garbage collector may free it mid-read; here every tensor involved stays
+// referenced until the copy is done.
+func scalarFloat(t *ts.Tensor) float64 {
+	d := must(t.Totype(gotch.Double, false))
+	c := must(d.To(gotch.CPU, false))
+	out := make([]float64, 1)
+	must0(c.CopyData(out, 1))
+	runtime.KeepAlive(t)
+	drop(c, d)
+	return out[0]
+}
+
+// scalarInt reads a one-element integer tensor.
+func scalarInt(t *ts.Tensor) int64 {
+	d := must(t.Totype(gotch.Int64, false))
+	c := must(d.To(gotch.CPU, false))
+	out := make([]int64, 1)
+	must0(c.CopyData(out, 1))
+	runtime.KeepAlive(t)
+	drop(c, d)
+	return out[0]
+}
+
+// quiesceGC runs a full collection and waits until the finalizers it
+// queued (gotch frees tensors in finalizers) have run, so none runs while
+// libtorch computes. Training calls it between steps with automatic GC off:
+// finalizers that fire mid-step have been seen to perturb backward passes
+// in the last bits, breaking same-seed reproducibility.
+func quiesceGC() {
+	runtime.GC()
+	done := make(chan struct{})
+	sentinel := new([16]byte)
+	runtime.SetFinalizer(sentinel, func(*[16]byte) { close(done) })
+	sentinel = nil
+	runtime.GC()
+	<-done
 }

@@ -1,0 +1,268 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime/debug"
+	"time"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/nn"
+)
+
+// ErrNonFinite means a loss or gradient was NaN or Inf; the step was refused.
+var ErrNonFinite = errors.New("non-finite loss or gradient")
+
+// Optimizer is AdamW over a model's parameters (libtorch's implementation),
+// with gradient-norm clipping and a refusal of non-finite steps.
+type Optimizer struct {
+	m   *Model
+	opt *nn.Optimizer
+}
+
+// NewAdamW builds an AdamW optimizer for m.
+func (m *Model) NewAdamW(lr, weightDecay float64) (*Optimizer, error) {
+	cfg := nn.NewAdamWConfig(0.9, 0.999, weightDecay)
+	o, err := cfg.Build(m.vs, lr)
+	if err != nil {
+		return nil, fmt.Errorf("building AdamW: %w", err)
+	}
+	return &Optimizer{m: m, opt: o}, nil
+}
+
+// SetLR changes the learning rate.
+func (o *Optimizer) SetLR(lr float64) { o.opt.SetLR(lr) }
+
+// GradNorm is the global L2 norm of the accumulated gradients.
+func (o *Optimizer) GradNorm() (norm float64, err error) {
+	defer guard(&err, "gradient norm")
+	withoutGrad(func() {
+		sum := 0.0
+		for _, p := range o.m.params {
+			g := must(p.t.Grad(false))
+			if !g.MustDefined() {
+				drop(g)
+				continue
+			}
+			sq := must(must(g.Square(false)).Sum(gotch.Double, true))
+			sum += scalarFloat(sq)
+			drop(sq, g)
+		}
+		norm = math.Sqrt(sum)
+	})
+	return norm, nil
+}
+
+// Step clips gradients to maxNorm (0: no clipping), applies AdamW and clears
+// the gradients. A non-finite gradient norm refuses the step: gradients are
+// cleared, the weights are untouched and ErrNonFinite is returned.
+func (o *Optimizer) Step(maxNorm float64) (norm float64, err error) {
+	norm, err = o.GradNorm()
+	if err != nil {
+		return 0, err
+	}
+	defer guard(&err, "optimizer step")
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		o.m.ZeroGrad()
+		return norm, fmt.Errorf("gradient norm %v: %w", norm, ErrNonFinite)
+	}
+	if maxNorm > 0 && norm > maxNorm {
+		scale := maxNorm / (norm + 1e-6)
+		withoutGrad(func() {
+			for _, p := range o.m.params {
+				g := must(p.t.Grad(false))
+				if g.MustDefined() {
+					s := mulScalar(g, scale, false)
+					g.Copy_(s)
+					drop(s)
+				}
+				drop(g)
+			}
+		})
+	}
+	must0(o.opt.Step())
+	o.m.ZeroGrad()
+	return norm, nil
+}
+
+// SFTExample is one training sequence; Loss[i] marks positions whose token
+// is trained on (predicted from the tokens before it).
+type SFTExample struct {
+	IDs  []int
+	Loss []bool
+}
+
+// SFTConfig configures supervised fine-tuning.
+type SFTConfig struct {
+	Epochs      float64 // may be fractional
+	BatchTokens int     // padded tokens per optimizer step
+	MaxLen      int     // longer examples are rejected
+	LR          float64
+	MinLRFrac   float64 // cosine decays to LR·MinLRFrac
+	WarmupFrac  float64 // share of steps with linear warm-up
+	WeightDecay float64
+	ClipNorm    float64
+	Seed        uint64
+	// MaxRefusals stops training after this many non-finite steps in a row.
+	MaxRefusals int
+}
+
+// DefaultSFTConfig suits tiny models on CPU.
+func DefaultSFTConfig() SFTConfig {
+	return SFTConfig{Epochs: 1, BatchTokens: 4096, MaxLen: 2048, LR: 3e-3, MinLRFrac: 0.1, WarmupFrac: 0.05, WeightDecay: 0.01, ClipNorm: 1, Seed: 1, MaxRefusals: 5}
+}
+
+// Validate names the first bad field.
+func (c SFTConfig) Validate() error {
+	switch {
+	case c.Epochs <= 0:
+		return fmt.Errorf("sft config: epochs %v must be positive", c.Epochs)
+	case c.BatchTokens < 1 || c.MaxLen < 2 || c.MaxLen > c.BatchTokens:
+		return fmt.Errorf("sft config: need 2 <= max_len (%d) <= batch_tokens (%d)", c.MaxLen, c.BatchTokens)
+	case c.LR <= 0 || c.MinLRFrac < 0 || c.MinLRFrac > 1 || c.WarmupFrac < 0 || c.WarmupFrac >= 1:
+		return fmt.Errorf("sft config: lr %v must be positive, min_lr_frac and warmup_frac in [0, 1)", c.LR)
+	case c.MaxRefusals < 1:
+		return fmt.Errorf("sft config: max_refusals %d must be at least 1", c.MaxRefusals)
+	}
+	return nil
+}
+
+// SFTProgress is reported after every optimizer step.
+type SFTProgress struct {
+	Step, Steps int
+	Loss        float64 // mean over the step's trained tokens
+	GradNorm    float64
+	LR          float64
+	Tokens      int // trained tokens so far
+	Elapsed     time.Duration
+}
+
+// lrAt is linear warm-up then cosine decay.
+func (c SFTConfig) lrAt(step, steps int) float64 {
+	warm := int(c.WarmupFrac * float64(steps))
+	if step < warm {
+		return c.LR * float64(step+1) / float64(warm+1)
+	}
+	p := float64(step-warm) / math.Max(1, float64(steps-warm))
+	return c.LR * (c.MinLRFrac + (1-c.MinLRFrac)*0.5*(1+math.Cos(math.Pi*p)))
+}
+
+// batches groups shuffled examples so each batch's padded size stays within
+// BatchTokens.
+func (c SFTConfig) batches(data []SFTExample, r *rand.Rand) [][]int {
+	order := r.Perm(len(data))
+	var out [][]int
+	var cur []int
+	maxLen := 0
+	for _, i := range order {
+		l := len(data[i].IDs)
+		if len(cur) > 0 && (len(cur)+1)*max(maxLen, l) > c.BatchTokens {
+			out = append(out, cur)
+			cur, maxLen = nil, 0
+		}
+		cur = append(cur, i)
+		maxLen = max(maxLen, l)
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// TrainSFT fine-tunes m on data: next-token NLL on the marked tokens, AdamW,
+// clipping, warm-up and cosine decay. Deterministic for a seed.
+func TrainSFT(ctx context.Context, m *Model, data []SFTExample, cfg SFTConfig, progress func(SFTProgress)) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if len(data) == 0 {
+		return errors.New("sft: no examples")
+	}
+	for i, ex := range data {
+		if len(ex.IDs) != len(ex.Loss) || len(ex.IDs) < 2 || len(ex.IDs) > cfg.MaxLen {
+			return fmt.Errorf("sft: example %d has %d ids, %d loss marks (want equal, 2..%d)", i, len(ex.IDs), len(ex.Loss), cfg.MaxLen)
+		}
+	}
+	opt, err := m.NewAdamW(cfg.LR, cfg.WeightDecay)
+	if err != nil {
+		return err
+	}
+	r := rand.New(rand.NewPCG(cfg.Seed, 17))
+	var plan [][]int
+	for e := 0; float64(e) < cfg.Epochs; e++ {
+		bs := cfg.batches(data, r)
+		if frac := cfg.Epochs - float64(e); frac < 1 {
+			bs = bs[:max(1, int(frac*float64(len(bs))))]
+		}
+		plan = append(plan, bs...)
+	}
+	// Automatic GC is off while training; it runs between steps instead
+	// (see quiesceGC). Each step frees its tensors explicitly, so memory
+	// stays bounded.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	start := time.Now()
+	tokens, refusals := 0, 0
+	for step, batch := range plan {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		quiesceGC()
+		lr := cfg.lrAt(step, len(plan))
+		opt.SetLR(lr)
+		in, targets, n := sftBatch(data, batch)
+		loss, err := m.NLLBackward(in, targets)
+		var norm float64
+		if err == nil {
+			norm, err = opt.Step(cfg.ClipNorm)
+		} else {
+			m.ZeroGrad()
+		}
+		if err != nil {
+			if !errors.Is(err, ErrNonFinite) && !math.IsNaN(loss) && !math.IsInf(loss, 0) {
+				return fmt.Errorf("sft step %d: %w", step, err)
+			}
+			refusals++
+			if refusals >= cfg.MaxRefusals {
+				return fmt.Errorf("sft: %d non-finite steps in a row (last at step %d): %w", refusals, step, ErrNonFinite)
+			}
+			continue
+		}
+		refusals = 0
+		tokens += n
+		if progress != nil {
+			progress(SFTProgress{Step: step + 1, Steps: len(plan), Loss: loss, GradNorm: norm, LR: lr, Tokens: tokens, Elapsed: time.Since(start)})
+		}
+	}
+	return nil
+}
+
+func sftBatch(data []SFTExample, batch []int) (Input, [][]int, int) {
+	maxLen := 0
+	for _, i := range batch {
+		maxLen = max(maxLen, len(data[i].IDs)-1)
+	}
+	in := Input{IDs: make([][]int, len(batch)), Segments: make([][]int, len(batch))}
+	targets := make([][]int, len(batch))
+	n := 0
+	for b, i := range batch {
+		ex := data[i]
+		in.IDs[b] = make([]int, maxLen)
+		in.Segments[b] = make([]int, maxLen)
+		targets[b] = make([]int, maxLen)
+		for k := 0; k < maxLen; k++ {
+			targets[b][k] = -1
+			if k < len(ex.IDs)-1 {
+				in.IDs[b][k] = ex.IDs[k]
+				in.Segments[b][k] = 1
+				if ex.Loss[k+1] {
+					targets[b][k] = ex.IDs[k+1]
+					n++
+				}
+			}
+		}
+	}
+	return in, targets, n
+}
