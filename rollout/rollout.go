@@ -39,6 +39,9 @@ type Config struct {
 	MaxInFlight int
 	Seed        int64
 	EnvOptions  envadapters.Options
+	// Hint, when set, gives text inserted after the task line of each
+	// episode's prompts (evaluation with skills in context).
+	Hint func(task envadapters.Task) string
 }
 
 // DefaultConfig follows the SEED reference setting.
@@ -180,13 +183,18 @@ func (r *Runner) seed(trajID string, turn int) *int64 {
 // prompt builds step's user text and prompt ids for e.
 func (r *Runner) prompt(e *episode) (string, []int, error) {
 	t := e.traj
+	hint := ""
+	if r.cfg.Hint != nil {
+		hint = r.cfg.Hint(t.Task)
+	}
 	if r.cfg.Mode == ModeWindow {
-		user := r.windowText(e)
+		user := InsertSkills(r.windowText(e), r.template.ActionRequest, hint, "")
 		ids, err := r.policy.StartIDs(t.System, user)
 		return user, ids, err
 	}
-	user := r.template.userText(e.last.Observation, e.last.Admissible)
+	user := r.template.UserText(e.last.Observation, e.last.Admissible)
 	if len(t.Steps) == 0 {
+		user = InsertSkills(user, r.template.ActionRequest, hint, "")
 		ids, err := r.policy.StartIDs(t.System, user)
 		return user, ids, err
 	}
@@ -208,7 +216,7 @@ func (r *Runner) windowText(e *episode) string {
 		}
 		b.WriteString("\nCurrent observation: " + strings.TrimSpace(e.last.Observation))
 	}
-	return r.template.userText(b.String(), e.last.Admissible)
+	return r.template.UserText(b.String(), e.last.Admissible)
 }
 
 func (r *Runner) turn(ctx context.Context, eps []*episode, turn int) error {

@@ -215,7 +215,7 @@ func TestExtractAction(t *testing.T) {
 
 func TestInsertSkills(t *testing.T) {
 	tmpl := TemplateFor("household")
-	u := tmpl.userText("You are in the middle of a room.\n\nYour task is to: put a mug in fridge.", []string{"look"})
+	u := tmpl.UserText("You are in the middle of a room.\n\nYour task is to: put a mug in fridge.", []string{"look"})
 	got := InsertSkills(u, tmpl.ActionRequest, "Open closed containers first.", "Go to the fridge now.")
 	want := "You are in the middle of a room.\n\nYour task is to: put a mug in fridge.\nSkill from experience: Open closed containers first.\nAdmissible actions: look\nAdvice for this step: Go to the fridge now.\n" + tmpl.ActionRequest
 	if got != want {

@@ -16,6 +16,10 @@ type Template struct {
 	ActionRequest string
 	// ListAdmissible adds the admissible actions to each turn.
 	ListAdmissible bool
+	// SkipGoTo leaves "go to …" out of the listed actions (the receptacles
+	// are all named in the first observation), which keeps household turns
+	// short enough for small models.
+	SkipGoTo bool
 	// Extract reads the action from the model's text; ok is false when the
 	// output has no usable action (an invalid step, never a crash).
 	Extract func(text string, admissible []string) (action string, ok bool)
@@ -58,9 +62,10 @@ func ExtractSearchAnswer(text string, _ []string) (string, bool) {
 // Templates are the built-in environments' prompts.
 var Templates = map[string]Template{
 	"household": {
-		System:         "You are an expert agent operating in a household. Act step by step to complete the task.",
-		ActionRequest:  "Choose your next action from the admissible actions and write it inside <action> and </action>.",
+		System:         "You are an agent in a household. Act step by step to complete the task.",
+		ActionRequest:  "Next action (go to any place listed at the start, or one of the actions above), inside <action></action>:",
 		ListAdmissible: true,
+		SkipGoTo:       true,
 		Extract:        ExtractTagged,
 	},
 	"webshop": {
@@ -84,14 +89,22 @@ func TemplateFor(env string) Template {
 	return Template{ActionRequest: "Write your next action inside <action> and </action>.", ListAdmissible: true, Extract: ExtractTagged}
 }
 
-// userText is one user turn: the observation, the admissible actions and
+// UserText is one user turn: the observation, the admissible actions and
 // the action request. Skills are inserted into exactly this text.
-func (t Template) userText(observation string, admissible []string) string {
+func (t Template) UserText(observation string, admissible []string) string {
 	var b strings.Builder
 	b.WriteString(strings.TrimSpace(observation))
-	if t.ListAdmissible && len(admissible) > 0 {
-		b.WriteString("\nAdmissible actions: ")
-		b.WriteString(strings.Join(admissible, "; "))
+	if t.ListAdmissible {
+		var list []string
+		for _, a := range admissible {
+			if !(t.SkipGoTo && strings.HasPrefix(a, "go to ")) {
+				list = append(list, a)
+			}
+		}
+		if len(list) > 0 {
+			b.WriteString("\nAdmissible actions: ")
+			b.WriteString(strings.Join(list, "; "))
+		}
 	}
 	b.WriteString("\n")
 	b.WriteString(t.ActionRequest)

@@ -83,6 +83,8 @@ var verb = map[string]string{"clean": "clean", "hot": "heat", "cool": "cool"}
 // observed facts from the trajectory text.
 type hhSeen struct {
 	foundAt   string // receptacle the object was taken from
+	seenAt    string // first receptacle an observation showed the object in
+	lampAt    string // where an observation showed the lamp
 	took      int    // step of the first successful take, -1 if none
 	prepared  int    // step of the successful heat/cool/clean, -1
 	invalid   int
@@ -97,6 +99,12 @@ func readHousehold(t *rollout.Trajectory, g hhGoal) hhSeen {
 	for i, st := range t.Steps {
 		if !st.Valid {
 			s.invalid++
+		}
+		if at := placeSeen(st.Observation, g.obj); at != "" && s.seenAt == "" {
+			s.seenAt = at
+		}
+		if g.lamp != "" && s.lampAt == "" {
+			s.lampAt = placeSeen(st.Observation, g.lamp)
 		}
 		if st.Action == prev && st.Action != "" {
 			run++
@@ -123,6 +131,18 @@ func readHousehold(t *rollout.Trajectory, g hhGoal) hhSeen {
 	return s
 }
 
+var placeRe = regexp.MustCompile(`^You (?:arrive at|open the) ([a-z]+ \d+)\.`)
+
+// placeSeen returns the receptacle an arrival or opening observation
+// describes, when it lists an object of type obj.
+func placeSeen(obs, obj string) string {
+	m := placeRe.FindStringSubmatch(obs)
+	if m == nil || !strings.Contains(obs, " a "+obj+" ") {
+		return ""
+	}
+	return m[1]
+}
+
 // recepType drops a receptacle's number: "cabinet 3" → "cabinet".
 func recepType(name string) string {
 	f := strings.Fields(name)
@@ -138,20 +158,24 @@ func householdSkill(t *rollout.Trajectory, candidates []int, k int) *Skill {
 	sk := &Skill{StepSkills: map[int]string{}}
 	where := "a receptacle"
 	if s.foundAt != "" {
-		where = "the " + recepType(s.foundAt)
+		where = s.foundAt
 	}
 	if t.Won {
 		sk.EpisodeSummary = fmt.Sprintf("The agent found the %s in %s and completed the task in %d steps.", g.obj, where, len(t.Steps))
 		switch {
 		case g.lamp != "":
-			sk.EpisodeSkill = pick(t, "win", fmt.Sprintf("First pick up the %s (it was in %s), then go to the %s and use it while still holding the %s.", g.obj, where, g.lamp, g.obj),
-				fmt.Sprintf("Get the %s from %s, carry it to the %s, and switch the lamp on with the %s in hand.", g.obj, where, g.lamp, g.obj))
+			lampAt := s.lampAt
+			if lampAt == "" {
+				lampAt = "its place"
+			}
+			sk.EpisodeSkill = pick(t, "win", fmt.Sprintf("The %s is in %s and the %s is on %s: take the %s there and use the lamp while holding it.", g.obj, where, g.lamp, lampAt, g.obj),
+				fmt.Sprintf("Get the %s from %s, go to %s where the %s stands, and use the %s with the %s in hand.", g.obj, where, lampAt, g.lamp, g.lamp, g.obj))
 		case g.prep != "":
-			sk.EpisodeSkill = pick(t, "win", fmt.Sprintf("Take the %s from %s, %s it with the %s, then go to the %s and move it there.", g.obj, where, verb[g.prep], appliance[g.prep], g.target),
-				fmt.Sprintf("Find the %s (here in %s), bring it to the %s to %s it, and only then place it at the %s.", g.obj, where, appliance[g.prep], verb[g.prep], g.target))
+			sk.EpisodeSkill = pick(t, "win", fmt.Sprintf("The %s is in %s: take it, %s it with the %s, then go to the %s and move it there.", g.obj, where, verb[g.prep], appliance[g.prep], g.target),
+				fmt.Sprintf("Go to %s for the %s, bring it to the %s to %s it, and only then place it at the %s.", where, g.obj, appliance[g.prep], verb[g.prep], g.target))
 		default:
-			sk.EpisodeSkill = pick(t, "win", fmt.Sprintf("Look for the %s in places like %s, take it, go to the %s and move it there.", g.obj, where, g.target),
-				fmt.Sprintf("Check receptacles like %s for the %s, pick it up, then deliver it to the %s with a move action.", where, g.obj, g.target))
+			sk.EpisodeSkill = pick(t, "win", fmt.Sprintf("The %s is in %s: go there first, take it, then go to the %s and move it there.", g.obj, where, g.target),
+				fmt.Sprintf("Get the %s from %s, carry it to the %s and put it there with a move action.", g.obj, where, g.target))
 			if strings.HasPrefix(t.Task.Goal, "put two") || strings.HasPrefix(t.Task.Goal, "find two") {
 				sk.EpisodeSkill += " Then fetch a second one the same way."
 			}
@@ -162,6 +186,9 @@ func householdSkill(t *rollout.Trajectory, candidates []int, k int) *Skill {
 		case s.invalid >= 2:
 			sk.EpisodeSkill = pick(t, "lose", "Only use actions from the admissible list, written exactly; invented commands do nothing.",
 				"Copy one admissible action exactly each turn; anything else is ignored and wastes a step.")
+		case s.took < 0 && s.seenAt != "":
+			sk.EpisodeSkill = pick(t, "lose", fmt.Sprintf("The %s was in %s and was never picked up: go to %s and take it as soon as you see it.", g.obj, s.seenAt, s.seenAt),
+				fmt.Sprintf("A %s was visible at %s; take it from there instead of searching on.", g.obj, s.seenAt))
 		case s.took < 0:
 			sk.EpisodeSkill = pick(t, "lose", fmt.Sprintf("When the %s is not in sight, open closed containers such as cabinets and drawers one by one instead of revisiting places.", g.obj),
 				fmt.Sprintf("Search systematically for the %s: go to each unvisited receptacle and open it if it is closed.", g.obj))
