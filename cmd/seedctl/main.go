@@ -72,6 +72,7 @@ func newApp() *cli.App {
 			envCommand(),
 			collectCommand(),
 			analyzeCommand(),
+			evalCommand(),
 		},
 	}
 }

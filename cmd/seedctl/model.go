@@ -40,6 +40,7 @@ func modelCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			modelInitCommand(),
 			modelInspectCommand(),
+			bootstrapCommand(),
 		},
 	}
 }

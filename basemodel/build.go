@@ -1,0 +1,248 @@
+package basemodel
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/rollout"
+	"github.com/seedctl/seedctl/tokenizer"
+	"github.com/seedctl/seedctl/trainer"
+)
+
+// RecipeVersion changes whenever the way base models are built changes, so
+// cached models from older recipes are rebuilt.
+const RecipeVersion = 1
+
+// Recipe is everything that determines a base model.
+type Recipe struct {
+	Version   int               `json:"version"`
+	Env       string            `json:"env"`
+	Size      string            `json:"size"`
+	Corpus    CorpusConfig      `json:"corpus"`
+	VocabSize int               `json:"vocab_size"`
+	Hidden    int               `json:"hidden"`
+	Layers    int               `json:"layers"`
+	Heads     int               `json:"heads"`
+	KVHeads   int               `json:"kv_heads"`
+	Inter     int               `json:"intermediate"`
+	SFT       trainer.SFTConfig `json:"sft"`
+	Seed      uint64            `json:"seed"`
+}
+
+// DefaultRecipe is the measured default for env and size ("tiny" or "small").
+func DefaultRecipe(env, size string) (Recipe, error) {
+	r := Recipe{Version: RecipeVersion, Env: env, Size: size, Seed: 1,
+		Corpus: CorpusConfig{Episodes: 1200, Noise: 0.15, HintShare: 0.35, StepHintShare: 0.3, Seed: 1, MaxSteps: 30}}
+	sft := trainer.DefaultSFTConfig()
+	sft.Epochs, sft.BatchTokens, sft.MaxLen, sft.LR, sft.WarmupFrac = 2, 12288, 4096, 3e-3, 0.05
+	r.SFT = sft
+	switch size {
+	case "tiny":
+		r.VocabSize, r.Hidden, r.Layers, r.Heads, r.KVHeads, r.Inter = 1024, 128, 4, 4, 2, 384
+	case "small":
+		r.VocabSize, r.Hidden, r.Layers, r.Heads, r.KVHeads, r.Inter = 2048, 192, 6, 6, 2, 512
+		r.Corpus.Episodes = 2400
+	default:
+		return Recipe{}, fmt.Errorf("base model size %q: want tiny or small", size)
+	}
+	if _, err := envadapters.Lookup(env); err != nil {
+		return Recipe{}, err
+	}
+	if env == "webshop" {
+		r.Corpus.MaxSteps = 15
+	}
+	if env == "searchqa" {
+		r.Corpus.MaxSteps = 6
+	}
+	return r, nil
+}
+
+// Key names a recipe's cache folder.
+func (r Recipe) Key() string {
+	b, _ := json.Marshal(r)
+	h := sha256.Sum256(b)
+	return fmt.Sprintf("%s-%s-v%d-%s", r.Env, r.Size, r.Version, hex.EncodeToString(h[:6]))
+}
+
+// CacheDir is $XDG_CACHE_HOME/seedctl/base-models (or ~/.cache/...).
+func CacheDir() (string, error) {
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("finding the cache directory: %w", err)
+		}
+		base = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(base, "seedctl", "base-models"), nil
+}
+
+// Progress reports a stage and its advance.
+type Progress func(stage string, done, total int, detail string)
+
+// Ensure returns the cached model for r, building it when missing. The
+// folder holds recipe.json; a folder without it (an interrupted build) is
+// rebuilt.
+func Ensure(ctx context.Context, r Recipe, dir string, log zerolog.Logger, progress Progress) (string, bool, error) {
+	if dir == "" {
+		base, err := CacheDir()
+		if err != nil {
+			return "", false, err
+		}
+		dir = filepath.Join(base, r.Key())
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "recipe.json")); err == nil {
+		var have Recipe
+		if json.Unmarshal(b, &have) == nil && have.Key() == r.Key() {
+			return dir, false, nil
+		}
+	}
+	if err := Build(ctx, r, dir, log, progress); err != nil {
+		return "", false, err
+	}
+	return dir, true, nil
+}
+
+// Build generates the corpus, trains the tokenizer, pre-trains the model
+// and saves the checkpoint (with recipe.json) atomically into out.
+func Build(ctx context.Context, r Recipe, out string, log zerolog.Logger, progress Progress) error {
+	if progress == nil {
+		progress = func(string, int, int, string) {}
+	}
+	b, err := envadapters.Lookup(r.Env)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	eps, err := GenerateCorpus(ctx, b, r.Corpus, func(d, t int) { progress("corpus", d, t, "") })
+	if err != nil {
+		return fmt.Errorf("building the %s base model: %w", r.Env, err)
+	}
+	won := 0
+	for _, e := range eps {
+		if e.Won {
+			won++
+		}
+	}
+	log.Info().Int("episodes", len(eps)).Int("won", won).Dur("took", time.Since(start)).Msg("corpus generated")
+
+	progress("tokenizer", 0, 1, "")
+	tc := tokenizer.DefaultTrainConfig()
+	tc.VocabSize = r.VocabSize
+	texts := append(Texts(eps), tokenizer.Qwen25ChatTemplate)
+	tok, err := tokenizer.TrainBPE(texts, tc)
+	if err != nil {
+		return fmt.Errorf("training the tokenizer: %w", err)
+	}
+	tcfg := &tokenizer.Config{EOSToken: "<|im_end|>", PadToken: "<|endoftext|>", ChatTemplate: tokenizer.Qwen25ChatTemplate}
+	progress("tokenizer", 1, 1, fmt.Sprintf("%d tokens", tok.VocabSize()))
+
+	policy, err := rollout.NewPolicy(nil, tok, tcfg)
+	if err != nil {
+		return err
+	}
+	examples, tokens, err := Encode(eps, policy)
+	if err != nil {
+		return err
+	}
+	log.Info().Int("examples", len(examples)).Int("tokens", tokens).Msg("corpus encoded")
+
+	eos, _ := tok.TokenID("<|im_end|>")
+	bos, _ := tok.TokenID("<|endoftext|>")
+	cfg := &trainer.ModelConfig{
+		Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: tok.VocabSize(),
+		HiddenSize: r.Hidden, IntermediateSize: r.Inter, NumHiddenLayers: r.Layers, NumAttentionHeads: r.Heads,
+		NumKeyValueHeads: r.KVHeads, MaxPositionEmbeddings: 8192, RMSNormEps: 1e-6, RopeTheta: 1e6, HiddenAct: "silu",
+		InitializerRange: 0.02, TieWordEmbeddings: true, BOSTokenID: &bos, EOSTokenID: float64(eos),
+	}
+	m, err := trainer.InitRandom(cfg, trainer.ModelOptions{}, r.Seed)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	trainStart := time.Now()
+	err = trainer.TrainSFT(ctx, m, examples, r.SFT, func(p trainer.SFTProgress) {
+		rate := float64(p.Tokens) / p.Elapsed.Seconds()
+		progress("pretrain", p.Step, p.Steps, fmt.Sprintf("loss %.3f, %.0f trained tokens/s", p.Loss, rate))
+	})
+	if err != nil {
+		return fmt.Errorf("pre-training the %s base model: %w", r.Env, err)
+	}
+	log.Info().Dur("took", time.Since(trainStart)).Msg("pre-training done")
+	rb, _ := json.MarshalIndent(r, "", "  ")
+	return m.Save(out, trainer.SaveOptions{WriteExtra: func(tmp string) error {
+		if err := tokenizer.Save(tmp, tok, tcfg); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(tmp, "recipe.json"), append(rb, '\n'), 0o644)
+	}})
+}
+
+// Encode turns episodes into training sequences exactly as rollouts prompt
+// in chat mode: first prompt, then for each turn the response (trained on)
+// closed by EOS (trained on), then the tokens opening the next turn.
+func Encode(eps []Episode, p *rollout.Policy) ([]trainer.SFTExample, int, error) {
+	var out []trainer.SFTExample
+	total := 0
+	for i, e := range eps {
+		var ids []int
+		var loss []bool
+		for k, t := range e.Turns {
+			var prompt []int
+			var err error
+			if k == 0 {
+				prompt, err = p.StartIDs(e.System, t.User)
+			} else {
+				prompt, err = p.NextIDs(e.System, t.User)
+			}
+			if err != nil {
+				return nil, 0, fmt.Errorf("encoding episode %d turn %d: %w", i, k, err)
+			}
+			resp, err := p.Tok.Encode(t.Response)
+			if err != nil {
+				return nil, 0, fmt.Errorf("encoding episode %d turn %d: %w", i, k, err)
+			}
+			resp = append(resp, p.EOS)
+			ids = append(ids, prompt...)
+			loss = append(loss, make([]bool, len(prompt))...)
+			ids = append(ids, resp...)
+			for range resp {
+				loss = append(loss, true)
+			}
+		}
+		if len(ids) < 2 {
+			continue
+		}
+		out = append(out, trainer.SFTExample{IDs: ids, Loss: loss})
+		total += len(ids)
+	}
+	if len(out) == 0 {
+		return nil, 0, errors.New("encoding the corpus: no examples")
+	}
+	return out, total, nil
+}
+
+// WeightsHash fingerprints a checkpoint's weights (model.safetensors).
+func WeightsHash(dir string) (string, error) {
+	f, err := os.Open(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

@@ -1,0 +1,216 @@
+// Package basemodel builds the tiny base policies of the embedded default:
+// a demonstration corpus from the built-in environments' experts (noisy,
+// and partly with hints in context at the insertion points teacher contexts
+// use), a BPE tokenizer trained on it, and a small Qwen2-architecture model
+// pre-trained on it with the trainer, cached by recipe.
+package basemodel
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/envadapters/household"
+	"github.com/seedctl/seedctl/rollout"
+	"github.com/seedctl/seedctl/skills"
+)
+
+// Turn is one user turn and the response demonstrated for it.
+type Turn struct {
+	User     string
+	Response string
+}
+
+// Episode is one demonstration: the system prompt and its turns.
+type Episode struct {
+	Task   envadapters.Task
+	System string
+	Turns  []Turn
+	Won    bool
+	Hinted bool
+}
+
+// CorpusConfig controls the demonstrations.
+type CorpusConfig struct {
+	Episodes      int
+	Noise         float64 // share of random admissible actions in plain episodes
+	HintShare     float64 // share of episodes shown with skills in context
+	StepHintShare float64 // in hinted episodes, share of steps with a step hint
+	Seed          uint64
+	MaxSteps      int
+}
+
+// Validate names the first bad field.
+func (c CorpusConfig) Validate() error {
+	switch {
+	case c.Episodes < 1:
+		return fmt.Errorf("corpus: episodes %d must be positive", c.Episodes)
+	case c.Noise < 0 || c.Noise >= 1 || c.HintShare < 0 || c.HintShare > 1 || c.StepHintShare < 0 || c.StepHintShare > 1:
+		return fmt.Errorf("corpus: noise, hint_share and step_hint_share must be in [0, 1)")
+	case c.MaxSteps < 1:
+		return fmt.Errorf("corpus: max_steps %d must be positive", c.MaxSteps)
+	}
+	return nil
+}
+
+// expertFor returns the demonstration policy for an episode: the searching
+// expert (observation-only, noisy) for plain episodes, the direct expert for
+// hinted ones (the hint names where things are, so going there is what the
+// hint means).
+func expertFor(b envadapters.Builtin, env envadapters.Env, hinted bool, seed uint64, noise float64) (envadapters.Expert, error) {
+	if b.Name() == household.Name && !hinted {
+		return household.NewSearchExpert(env, seed, noise)
+	}
+	return b.Expert(env)
+}
+
+// stepHint is advice consistent with the action about to be taken.
+func stepHint(action string, r *rand.Rand) string {
+	f := strings.Fields(action)
+	if len(f) == 0 {
+		return ""
+	}
+	rest := strings.Join(f[1:], " ")
+	var opts []string
+	switch f[0] {
+	case "go":
+		place := strings.TrimPrefix(action, "go to ")
+		opts = []string{"Go to " + place + " next.", "The next place to visit is " + place + ".", "Head to " + place + " now."}
+	case "open":
+		opts = []string{"Open " + rest + " to look inside.", "Look inside " + rest + " by opening it."}
+	case "take":
+		obj := strings.SplitN(rest, " from ", 2)[0]
+		opts = []string{"Pick up the " + obj + " now.", "Take the " + obj + " from here."}
+	case "move":
+		parts := strings.SplitN(rest, " to ", 2)
+		if len(parts) == 2 {
+			opts = []string{"Put the " + parts[0] + " on " + parts[1] + " now.", "Move the " + parts[0] + " to " + parts[1] + "."}
+		}
+	case "heat", "cool", "clean":
+		parts := strings.SplitN(rest, " with ", 2)
+		if len(parts) == 2 {
+			opts = []string{fmt.Sprintf("%s the %s with %s now.", strings.ToUpper(f[0][:1])+f[0][1:], parts[0], parts[1])}
+		}
+	case "use":
+		opts = []string{"Use " + rest + " now.", "Turn on " + rest + "."}
+	}
+	if strings.HasPrefix(action, "search[") || strings.HasPrefix(action, "click[") || strings.HasPrefix(action, "<") {
+		opts = []string{"Do this next: " + action, "The right move now is " + action}
+	}
+	if len(opts) == 0 {
+		return ""
+	}
+	return opts[r.IntN(len(opts))]
+}
+
+// responseText is how a demonstrated action is written.
+func responseText(env, action string) string {
+	if env == "searchqa" {
+		return action // already <search>…</search> or <answer>…</answer>
+	}
+	return "<action>" + action + "</action>"
+}
+
+// GenerateCorpus plays the expert on training tasks and writes the
+// demonstrations. Only the train split is used.
+func GenerateCorpus(ctx context.Context, b envadapters.Builtin, cfg CorpusConfig, progress func(done, total int)) ([]Episode, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n := min(cfg.Episodes, b.SplitSize(envadapters.Train))
+	tasks, err := b.Tasks(envadapters.Train, n)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := rollout.TemplateFor(b.Name())
+	oracle := &skills.OracleAnalyzer{K: 0}
+	r := rand.New(rand.NewPCG(cfg.Seed, 77))
+	out := make([]Episode, 0, n)
+	for i, task := range tasks {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		hinted := r.Float64() < cfg.HintShare
+		ep, traj, err := playDemo(ctx, b, task, tmpl, hinted, cfg.Seed+uint64(i), cfg.Noise, cfg.MaxSteps)
+		if err != nil {
+			return nil, fmt.Errorf("corpus episode %d (%s): %w", i, task.ID, err)
+		}
+		if hinted {
+			recs, err := oracle.Analyze(ctx, []skills.Request{{Traj: traj}})
+			if err != nil {
+				return nil, err
+			}
+			epi := ""
+			if recs[0].Skill != nil {
+				epi = recs[0].Skill.EpisodeSkill
+			}
+			for k := range ep.Turns {
+				step := ""
+				if r.Float64() < cfg.StepHintShare {
+					step = stepHint(traj.Steps[k].Action, r)
+				}
+				e := ""
+				if k == 0 {
+					e = epi
+				}
+				ep.Turns[k].User = rollout.InsertSkills(ep.Turns[k].User, tmpl.ActionRequest, e, step)
+			}
+		}
+		ep.Hinted = hinted
+		out = append(out, ep)
+		if progress != nil {
+			progress(i+1, n)
+		}
+	}
+	return out, nil
+}
+
+// playDemo runs one expert episode, recording plain turns and a trajectory
+// (for the oracle's hindsight skill).
+func playDemo(ctx context.Context, b envadapters.Builtin, task envadapters.Task, tmpl rollout.Template, hinted bool, seed uint64, noise float64, maxSteps int) (Episode, *rollout.Trajectory, error) {
+	env, err := b.New(envadapters.Options{"max_steps": fmt.Sprint(maxSteps)})
+	if err != nil {
+		return Episode{}, nil, err
+	}
+	defer env.Close()
+	st, err := env.Reset(ctx, task)
+	if err != nil {
+		return Episode{}, nil, err
+	}
+	x, err := expertFor(b, env, hinted, seed, noise)
+	if err != nil {
+		return Episode{}, nil, err
+	}
+	ep := Episode{Task: task, System: tmpl.System}
+	traj := &rollout.Trajectory{ID: task.ID, Task: task, FirstObservation: st.Observation, Mode: rollout.ModeChat}
+	for !st.Done {
+		user := tmpl.UserText(st.Observation, st.Admissible)
+		a, err := x.Act()
+		if err != nil {
+			return Episode{}, nil, err
+		}
+		ep.Turns = append(ep.Turns, Turn{User: user, Response: responseText(b.Name(), a)})
+		st, err = env.Step(ctx, a)
+		if err != nil {
+			return Episode{}, nil, err
+		}
+		traj.Steps = append(traj.Steps, rollout.Step{Action: a, Observation: st.Observation, Valid: !st.Invalid, Reward: st.Reward, Done: st.Done})
+		traj.Return += st.Reward
+	}
+	ep.Won, traj.Won, traj.Score = st.Won, st.Won, st.Score
+	return ep, traj, nil
+}
+
+// Texts lists every string of the corpus, for tokenizer training.
+func Texts(eps []Episode) []string {
+	var out []string
+	for _, e := range eps {
+		out = append(out, e.System)
+		for _, t := range e.Turns {
+			out = append(out, t.User, t.Response)
+		}
+	}
+	return out
+}

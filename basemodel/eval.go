@@ -1,0 +1,141 @@
+package basemodel
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/inference"
+	"github.com/seedctl/seedctl/inference/server"
+	"github.com/seedctl/seedctl/rollout"
+	"github.com/seedctl/seedctl/skills"
+)
+
+// EvalConfig describes one evaluation.
+type EvalConfig struct {
+	ModelDir    string
+	Env         string
+	Split       envadapters.Split
+	Episodes    int
+	Offset      int
+	Hints       string // "" or "oracle"
+	Temperature float64
+	MaxTokens   int
+	Mode        string
+	Seed        int64
+}
+
+// EvalResult is success overall and per family.
+type EvalResult struct {
+	Config    EvalConfig          `json:"config"`
+	Metrics   rollout.Metrics     `json:"metrics"`
+	PerFamily map[string][2]int   `json:"per_family"` // wins, episodes
+	Elapsed   time.Duration       `json:"elapsed"`
+	Hints     map[string]string   `json:"-"`
+	Trajs     []*rollout.Trajectory `json:"-"`
+}
+
+// OracleHints writes, for each task, the oracle's skill about the expert
+// solving that task: the "useful advice in context" base models must be
+// able to use.
+func OracleHints(ctx context.Context, b envadapters.Builtin, tasks []envadapters.Task) (map[string]string, error) {
+	tmpl := rollout.TemplateFor(b.Name())
+	out := map[string]string{}
+	oracle := &skills.OracleAnalyzer{K: 0}
+	for _, t := range tasks {
+		_, traj, err := playDemo(ctx, b, t, tmpl, true, 0, 0, 50)
+		if err != nil {
+			return nil, fmt.Errorf("hint for %s: %w", t.ID, err)
+		}
+		recs, err := oracle.Analyze(ctx, []skills.Request{{Traj: traj}})
+		if err != nil {
+			return nil, err
+		}
+		if recs[0].Skill != nil {
+			out[t.ID] = recs[0].Skill.EpisodeSkill
+		}
+	}
+	return out, nil
+}
+
+// Evaluate plays Episodes tasks of the split once each with the model
+// served by the embedded server (greedy by default).
+func Evaluate(ctx context.Context, cfg EvalConfig, log zerolog.Logger, progress rollout.Progress) (*EvalResult, error) {
+	b, err := envadapters.Lookup(cfg.Env)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Episodes < 1 || cfg.Offset < 0 || cfg.Offset+cfg.Episodes > b.SplitSize(cfg.Split) {
+		return nil, fmt.Errorf("eval: episodes %d from %d do not fit %s/%s (%d tasks)", cfg.Episodes, cfg.Offset, cfg.Env, cfg.Split, b.SplitSize(cfg.Split))
+	}
+	all, err := b.Tasks(cfg.Split, cfg.Offset+cfg.Episodes)
+	if err != nil {
+		return nil, err
+	}
+	tasks := all[cfg.Offset:]
+	scfg := server.DefaultConfig(cfg.ModelDir)
+	scfg.MaxModelLen = 16384
+	backend, err := inference.NewEmbedded(ctx, scfg, inference.DefaultConfig("embedded"), log)
+	if err != nil {
+		return nil, err
+	}
+	defer backend.Close()
+	policy, err := rollout.LoadPolicy(cfg.ModelDir, backend)
+	if err != nil {
+		return nil, err
+	}
+	rc := rollout.DefaultConfig()
+	rc.GroupSize, rc.Temperature, rc.Seed = 1, cfg.Temperature, cfg.Seed
+	if cfg.MaxTokens > 0 {
+		rc.MaxTokensPerTurn = cfg.MaxTokens
+	}
+	if cfg.Mode != "" {
+		rc.Mode = cfg.Mode
+	}
+	res := &EvalResult{Config: cfg, PerFamily: map[string][2]int{}}
+	switch cfg.Hints {
+	case "":
+	case "oracle":
+		if res.Hints, err = OracleHints(ctx, b, tasks); err != nil {
+			return nil, err
+		}
+		rc.Hint = func(t envadapters.Task) string { return res.Hints[t.ID] }
+	default:
+		return nil, fmt.Errorf("eval: hints %q: want oracle or nothing", cfg.Hints)
+	}
+	runner, err := rollout.NewRunner(rc, b.Name(), b, policy, log)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	trajs, err := runner.Run(ctx, tasks, 0, progress)
+	if err != nil {
+		return nil, err
+	}
+	res.Elapsed = time.Since(start)
+	res.Metrics = rollout.Summarize(trajs, res.Elapsed)
+	res.Trajs = trajs
+	for _, t := range trajs {
+		c := res.PerFamily[t.Task.Family]
+		c[1]++
+		if t.Won {
+			c[0]++
+		}
+		res.PerFamily[t.Task.Family] = c
+	}
+	return res, nil
+}
+
+// Families lists the result's families, sorted.
+func (r *EvalResult) Families() []string {
+	out := make([]string, 0, len(r.PerFamily))
+	for f := range r.PerFamily {
+		out = append(out, f)
+	}
+	sort.Strings(out)
+	return out
+}

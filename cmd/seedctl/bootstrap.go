@@ -1,0 +1,136 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/seedctl/seedctl/basemodel"
+	"github.com/seedctl/seedctl/envadapters"
+)
+
+// stageProgress prints a stage's progress with rate and ETA, at most once
+// every two seconds per stage.
+func stageProgress(w io.Writer) basemodel.Progress {
+	starts := map[string]time.Time{}
+	last := map[string]time.Time{}
+	return func(stage string, done, total int, detail string) {
+		now := time.Now()
+		if _, ok := starts[stage]; !ok {
+			starts[stage] = now
+		}
+		if now.Sub(last[stage]) < 2*time.Second && done < total {
+			return
+		}
+		last[stage] = now
+		el := now.Sub(starts[stage]).Seconds()
+		eta := "?"
+		if done > 0 {
+			eta = (time.Duration(el/float64(done)*float64(total-done)) * time.Second).Round(time.Second).String()
+		}
+		fmt.Fprintf(w, "bootstrap %s: %d/%d (%s elapsed, ETA %s) %s\n", stage, done, total, (time.Duration(el) * time.Second).Round(time.Second), eta, detail)
+	}
+}
+
+func bootstrapCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "bootstrap",
+		Usage: "build (or reuse) the tiny base policy for a built-in environment: expert corpus, tokenizer, pre-training",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "env", Value: "household"},
+			&cli.StringFlag{Name: "size", Value: "tiny", Usage: "tiny or small"},
+			&cli.StringFlag{Name: "out", Usage: "checkpoint folder (default: the user cache, keyed by recipe)"},
+			&cli.IntFlag{Name: "episodes", Usage: "override the corpus size"},
+			&cli.Float64Flag{Name: "epochs", Usage: "override the pre-training epochs"},
+			&cli.BoolFlag{Name: "rebuild", Usage: "build even when a cached model exists"},
+		},
+		Action: func(c *cli.Context) error {
+			log := logger(c)
+			r, err := basemodel.DefaultRecipe(c.String("env"), c.String("size"))
+			if err != nil {
+				return cli.Exit("model bootstrap: "+err.Error(), 2)
+			}
+			if n := c.Int("episodes"); n > 0 {
+				r.Corpus.Episodes = n
+			}
+			if e := c.Float64("epochs"); e > 0 {
+				r.SFT.Epochs = e
+			}
+			out := c.String("out")
+			start := time.Now()
+			var dir string
+			var built bool
+			if c.Bool("rebuild") {
+				if out == "" {
+					base, err := basemodel.CacheDir()
+					if err != nil {
+						return cli.Exit("model bootstrap: "+err.Error(), 1)
+					}
+					out = base + "/" + r.Key()
+				}
+				err, dir, built = basemodel.Build(c.Context, r, out, log, stageProgress(c.App.ErrWriter)), out, true
+			} else {
+				dir, built, err = basemodel.Ensure(c.Context, r, out, log, stageProgress(c.App.ErrWriter))
+			}
+			if err != nil {
+				return cli.Exit("model bootstrap: "+err.Error(), 1)
+			}
+			hash, _ := basemodel.WeightsHash(dir)
+			verb := "reused"
+			if built {
+				verb = "built"
+			}
+			fmt.Fprintf(c.App.Writer, "%s %s base model at %s in %s (weights sha256 %s)\n", verb, r.Env, dir, time.Since(start).Round(time.Second), hash[:16])
+			return nil
+		},
+	}
+}
+
+func evalCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "eval",
+		Usage: "success of a model on a split of a built-in environment, with or without oracle hints in context",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "model", Required: true},
+			&cli.StringFlag{Name: "env", Value: "household"},
+			&cli.StringFlag{Name: "split", Value: "eval_seen"},
+			&cli.IntFlag{Name: "episodes", Value: 200},
+			&cli.IntFlag{Name: "offset"},
+			&cli.StringFlag{Name: "hints", Usage: "oracle: put the oracle's skill about an expert run of the same task in context"},
+			&cli.Float64Flag{Name: "temperature", Value: 0},
+			&cli.IntFlag{Name: "max-tokens", Value: 48},
+			&cli.StringFlag{Name: "mode", Value: "chat"},
+		},
+		Action: func(c *cli.Context) error {
+			log := logger(c)
+			split, err := envadapters.ParseSplit(c.String("split"))
+			if err != nil {
+				return cli.Exit("eval: "+err.Error(), 2)
+			}
+			res, err := basemodel.Evaluate(c.Context, basemodel.EvalConfig{
+				ModelDir: c.String("model"), Env: c.String("env"), Split: split, Episodes: c.Int("episodes"), Offset: c.Int("offset"),
+				Hints: c.String("hints"), Temperature: c.Float64("temperature"), MaxTokens: c.Int("max-tokens"), Mode: c.String("mode"), Seed: 1,
+			}, log, progressLine(c.App.ErrWriter, "eval"))
+			if err != nil {
+				return cli.Exit("eval: "+err.Error(), 1)
+			}
+			hints := "plain prompts"
+			if c.String("hints") != "" {
+				hints = c.String("hints") + " hints in context"
+			}
+			w := c.App.Writer
+			fmt.Fprintf(w, "%s %s, %d episodes, %s: success %.1f%%, mean steps %.1f, invalid actions %.1f%% (%s)\n",
+				c.String("env"), split, res.Metrics.Episodes, hints, 100*res.Metrics.Success, res.Metrics.MeanSteps, 100*res.Metrics.InvalidRate, res.Elapsed.Round(time.Second))
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "FAMILY\tWON\tEPISODES\tSUCCESS")
+			for _, f := range res.Families() {
+				c := res.PerFamily[f]
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f%%\n", f, c[0], c[1], 100*float64(c[0])/float64(c[1]))
+			}
+			return tw.Flush()
+		},
+	}
+}
