@@ -22,14 +22,18 @@ import (
 
 // RecipeVersion changes whenever the way base models are built changes, so
 // cached models from older recipes are rebuilt.
-const RecipeVersion = 1
+const RecipeVersion = 2
 
 // Recipe is everything that determines a base model.
 type Recipe struct {
-	Version   int               `json:"version"`
-	Env       string            `json:"env"`
-	Size      string            `json:"size"`
-	Corpus    CorpusConfig      `json:"corpus"`
+	Version int          `json:"version"`
+	Env     string       `json:"env"`
+	Size    string       `json:"size"`
+	Corpus  CorpusConfig `json:"corpus"`
+	// Mode and Window are the prompt format the model is trained for; rollouts
+	// with this model must use the same.
+	Mode      string            `json:"prompt_mode"`
+	Window    int               `json:"window"`
 	VocabSize int               `json:"vocab_size"`
 	Hidden    int               `json:"hidden"`
 	Layers    int               `json:"layers"`
@@ -42,10 +46,10 @@ type Recipe struct {
 
 // DefaultRecipe is the measured default for env and size ("tiny" or "small").
 func DefaultRecipe(env, size string) (Recipe, error) {
-	r := Recipe{Version: RecipeVersion, Env: env, Size: size, Seed: 1,
+	r := Recipe{Version: RecipeVersion, Env: env, Size: size, Seed: 1, Mode: rollout.ModeWindow, Window: 3,
 		Corpus: CorpusConfig{Episodes: 1200, Noise: 0.15, HintShare: 0.35, StepHintShare: 0.3, Seed: 1, MaxSteps: 30}}
 	sft := trainer.DefaultSFTConfig()
-	sft.Epochs, sft.BatchTokens, sft.MaxLen, sft.LR, sft.WarmupFrac = 2, 12288, 4096, 3e-3, 0.05
+	sft.Epochs, sft.BatchTokens, sft.MaxLen, sft.LR, sft.WarmupFrac = 1, 8192, 1024, 3e-3, 0.05
 	r.SFT = sft
 	switch size {
 	case "tiny":
@@ -152,7 +156,7 @@ func Build(ctx context.Context, r Recipe, out string, log zerolog.Logger, progre
 	if err != nil {
 		return err
 	}
-	examples, tokens, err := Encode(eps, policy)
+	examples, tokens, err := Encode(eps, policy, rollout.TemplateFor(r.Env), r.Mode, r.Window)
 	if err != nil {
 		return err
 	}
@@ -189,43 +193,56 @@ func Build(ctx context.Context, r Recipe, out string, log zerolog.Logger, progre
 	}})
 }
 
-// Encode turns episodes into training sequences exactly as rollouts prompt
-// in chat mode: first prompt, then for each turn the response (trained on)
-// closed by EOS (trained on), then the tokens opening the next turn.
-func Encode(eps []Episode, p *rollout.Policy) ([]trainer.SFTExample, int, error) {
+// Encode turns episodes into training sequences exactly as rollouts
+// prompt. Chat mode: one sequence per episode (first prompt, then each
+// response closed by EOS — trained on — and the tokens opening the next
+// turn). Window mode: one sequence per step (its window prompt, then the
+// response and EOS, trained on).
+func Encode(eps []Episode, p *rollout.Policy, tmpl rollout.Template, mode string, window int) ([]trainer.SFTExample, int, error) {
 	var out []trainer.SFTExample
 	total := 0
+	add := func(ids []int, loss []bool) {
+		if len(ids) >= 2 {
+			out = append(out, trainer.SFTExample{IDs: ids, Loss: loss})
+			total += len(ids)
+		}
+	}
 	for i, e := range eps {
+		users := e.userTexts(tmpl, mode, window)
 		var ids []int
 		var loss []bool
-		for k, t := range e.Turns {
+		for k, s := range e.Steps {
 			var prompt []int
 			var err error
-			if k == 0 {
-				prompt, err = p.StartIDs(e.System, t.User)
+			if k == 0 || mode == rollout.ModeWindow {
+				prompt, err = p.StartIDs(e.System, users[k])
 			} else {
-				prompt, err = p.NextIDs(e.System, t.User)
+				prompt, err = p.NextIDs(e.System, users[k])
 			}
 			if err != nil {
-				return nil, 0, fmt.Errorf("encoding episode %d turn %d: %w", i, k, err)
+				return nil, 0, fmt.Errorf("encoding episode %d step %d: %w", i, k, err)
 			}
-			resp, err := p.Tok.Encode(t.Response)
+			resp, err := p.Tok.Encode(s.Response)
 			if err != nil {
-				return nil, 0, fmt.Errorf("encoding episode %d turn %d: %w", i, k, err)
+				return nil, 0, fmt.Errorf("encoding episode %d step %d: %w", i, k, err)
 			}
 			resp = append(resp, p.EOS)
+			if mode == rollout.ModeWindow {
+				ids, loss = nil, nil
+			}
 			ids = append(ids, prompt...)
 			loss = append(loss, make([]bool, len(prompt))...)
 			ids = append(ids, resp...)
 			for range resp {
 				loss = append(loss, true)
 			}
+			if mode == rollout.ModeWindow {
+				add(ids, loss)
+			}
 		}
-		if len(ids) < 2 {
-			continue
+		if mode != rollout.ModeWindow {
+			add(ids, loss)
 		}
-		out = append(out, trainer.SFTExample{IDs: ids, Loss: loss})
-		total += len(ids)
 	}
 	if len(out) == 0 {
 		return nil, 0, errors.New("encoding the corpus: no examples")

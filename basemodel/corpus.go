@@ -17,19 +17,24 @@ import (
 	"github.com/seedctl/seedctl/skills"
 )
 
-// Turn is one user turn and the response demonstrated for it.
-type Turn struct {
-	User     string
-	Response string
+// DemoStep is one demonstrated step: what was seen, what was done.
+type DemoStep struct {
+	Obs        string   // observation the action was chosen in
+	Admissible []string // admissible actions then
+	Action     string
+	Response   string // the demonstrated reply text
+	After      string // the environment's answer
+	StepHint   string // advice shown before the action request, if any
 }
 
-// Episode is one demonstration: the system prompt and its turns.
+// Episode is one demonstration.
 type Episode struct {
-	Task   envadapters.Task
-	System string
-	Turns  []Turn
-	Won    bool
-	Hinted bool
+	Task        envadapters.Task
+	System      string
+	FirstObs    string
+	Steps       []DemoStep
+	EpisodeHint string // skill shown after the task line, if any
+	Won         bool
 }
 
 // CorpusConfig controls the demonstrations.
@@ -142,23 +147,15 @@ func GenerateCorpus(ctx context.Context, b envadapters.Builtin, cfg CorpusConfig
 			if err != nil {
 				return nil, err
 			}
-			epi := ""
 			if recs[0].Skill != nil {
-				epi = recs[0].Skill.EpisodeSkill
+				ep.EpisodeHint = recs[0].Skill.EpisodeSkill
 			}
-			for k := range ep.Turns {
-				step := ""
+			for k := range ep.Steps {
 				if r.Float64() < cfg.StepHintShare {
-					step = stepHint(traj.Steps[k].Action, r)
+					ep.Steps[k].StepHint = stepHint(ep.Steps[k].Action, r)
 				}
-				e := ""
-				if k == 0 {
-					e = epi
-				}
-				ep.Turns[k].User = rollout.InsertSkills(ep.Turns[k].User, tmpl.ActionRequest, e, step)
 			}
 		}
-		ep.Hinted = hinted
 		out = append(out, ep)
 		if progress != nil {
 			progress(i+1, n)
@@ -183,19 +180,20 @@ func playDemo(ctx context.Context, b envadapters.Builtin, task envadapters.Task,
 	if err != nil {
 		return Episode{}, nil, err
 	}
-	ep := Episode{Task: task, System: tmpl.System}
+	ep := Episode{Task: task, System: tmpl.System, FirstObs: st.Observation}
 	traj := &rollout.Trajectory{ID: task.ID, Task: task, FirstObservation: st.Observation, Mode: rollout.ModeChat}
 	for !st.Done {
-		user := tmpl.UserText(st.Observation, st.Admissible)
 		a, err := x.Act()
 		if err != nil {
 			return Episode{}, nil, err
 		}
-		ep.Turns = append(ep.Turns, Turn{User: user, Response: responseText(b.Name(), a)})
+		ds := DemoStep{Obs: st.Observation, Admissible: st.Admissible, Action: a, Response: responseText(b.Name(), a)}
 		st, err = env.Step(ctx, a)
 		if err != nil {
 			return Episode{}, nil, err
 		}
+		ds.After = st.Observation
+		ep.Steps = append(ep.Steps, ds)
 		traj.Steps = append(traj.Steps, rollout.Step{Action: a, Observation: st.Observation, Valid: !st.Invalid, Reward: st.Reward, Done: st.Done})
 		traj.Return += st.Reward
 	}
@@ -207,10 +205,32 @@ func playDemo(ctx context.Context, b envadapters.Builtin, task envadapters.Task,
 func Texts(eps []Episode) []string {
 	var out []string
 	for _, e := range eps {
-		out = append(out, e.System)
-		for _, t := range e.Turns {
-			out = append(out, t.User, t.Response)
+		out = append(out, e.System, e.FirstObs, e.EpisodeHint)
+		for _, s := range e.Steps {
+			out = append(out, s.Response, s.After, s.StepHint, strings.Join(s.Admissible, "; "))
 		}
+	}
+	return out
+}
+
+// userTexts builds each step's user turn as rollouts would, in mode, with
+// the episode's hints inserted where teacher contexts put skills.
+func (e Episode) userTexts(tmpl rollout.Template, mode string, window int) []string {
+	out := make([]string, len(e.Steps))
+	var past []rollout.Step
+	for k, s := range e.Steps {
+		var u string
+		epi := e.EpisodeHint
+		if mode == rollout.ModeWindow {
+			u = rollout.WindowText(tmpl, e.FirstObs, past, window, s.Obs, s.Admissible)
+		} else {
+			u = tmpl.UserText(s.Obs, s.Admissible)
+			if k > 0 {
+				epi = "" // the task line is only in the first turn
+			}
+		}
+		out[k] = rollout.InsertSkills(u, tmpl.ActionRequest, epi, s.StepHint)
+		past = append(past, rollout.Step{Action: s.Action, Observation: s.After})
 	}
 	return out
 }

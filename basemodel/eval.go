@@ -2,7 +2,10 @@ package basemodel
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -31,11 +34,11 @@ type EvalConfig struct {
 
 // EvalResult is success overall and per family.
 type EvalResult struct {
-	Config    EvalConfig          `json:"config"`
-	Metrics   rollout.Metrics     `json:"metrics"`
-	PerFamily map[string][2]int   `json:"per_family"` // wins, episodes
-	Elapsed   time.Duration       `json:"elapsed"`
-	Hints     map[string]string   `json:"-"`
+	Config    EvalConfig            `json:"config"`
+	Metrics   rollout.Metrics       `json:"metrics"`
+	PerFamily map[string][2]int     `json:"per_family"` // wins, episodes
+	Elapsed   time.Duration         `json:"elapsed"`
+	Hints     map[string]string     `json:"-"`
 	Trajs     []*rollout.Trajectory `json:"-"`
 }
 
@@ -90,6 +93,9 @@ func Evaluate(ctx context.Context, cfg EvalConfig, log zerolog.Logger, progress 
 	}
 	rc := rollout.DefaultConfig()
 	rc.GroupSize, rc.Temperature, rc.Seed = 1, cfg.Temperature, cfg.Seed
+	if rec, ok := ReadRecipe(cfg.ModelDir); ok && cfg.Mode == "" {
+		rc.Mode, rc.Window = rec.Mode, rec.Window // prompt as the model was trained
+	}
 	if cfg.MaxTokens > 0 {
 		rc.MaxTokensPerTurn = cfg.MaxTokens
 	}
@@ -128,6 +134,19 @@ func Evaluate(ctx context.Context, cfg EvalConfig, log zerolog.Logger, progress 
 		res.PerFamily[t.Task.Family] = c
 	}
 	return res, nil
+}
+
+// ReadRecipe reads the recipe a bootstrapped model was built with.
+func ReadRecipe(dir string) (Recipe, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, "recipe.json"))
+	if err != nil {
+		return Recipe{}, false
+	}
+	var r Recipe
+	if json.Unmarshal(b, &r) != nil || r.Mode == "" {
+		return Recipe{}, false
+	}
+	return r, true
 }
 
 // Families lists the result's families, sorted.

@@ -204,19 +204,26 @@ func (r *Runner) prompt(e *episode) (string, []int, error) {
 
 // windowText is the task, the last N steps and the current observation.
 func (r *Runner) windowText(e *episode) string {
-	t := e.traj
+	return WindowText(r.template, e.traj.FirstObservation, e.traj.Steps, r.cfg.Window, e.last.Observation, e.last.Admissible)
+}
+
+// WindowText is a window-mode user turn: the first observation (with the
+// task line), the last `window` steps (action and observation), the current
+// observation, the admissible actions and the action request. Pre-training
+// corpora use it too, so they prompt exactly as rollouts do.
+func WindowText(tmpl Template, firstObs string, past []Step, window int, obs string, admissible []string) string {
 	var b strings.Builder
-	b.WriteString(strings.TrimSpace(t.FirstObservation))
-	if n := len(t.Steps); n > 0 {
-		from := max(0, n-r.cfg.Window)
+	b.WriteString(strings.TrimSpace(firstObs))
+	if n := len(past); n > 0 {
+		from := max(0, n-window)
 		fmt.Fprintf(&b, "\nYou have taken %d steps. The last %d:", n, n-from)
 		for k := from; k < n; k++ {
-			s := t.Steps[k]
+			s := past[k]
 			fmt.Fprintf(&b, "\n[Step %d] Action: %s\nObservation: %s", k+1, s.Action, strings.TrimSpace(s.Observation))
 		}
-		b.WriteString("\nCurrent observation: " + strings.TrimSpace(e.last.Observation))
+		b.WriteString("\nCurrent observation: " + strings.TrimSpace(obs))
 	}
-	return r.template.UserText(b.String(), e.last.Admissible)
+	return tmpl.UserText(b.String(), admissible)
 }
 
 func (r *Runner) turn(ctx context.Context, eps []*episode, turn int) error {

@@ -102,7 +102,7 @@ func evalCommand() *cli.Command {
 			&cli.StringFlag{Name: "hints", Usage: "oracle: put the oracle's skill about an expert run of the same task in context"},
 			&cli.Float64Flag{Name: "temperature", Value: 0},
 			&cli.IntFlag{Name: "max-tokens", Value: 48},
-			&cli.StringFlag{Name: "mode", Value: "chat"},
+			&cli.StringFlag{Name: "mode", Usage: "chat or window (default: what the model was bootstrapped for, else chat)"},
 		},
 		Action: func(c *cli.Context) error {
 			log := logger(c)
