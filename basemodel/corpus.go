@@ -66,7 +66,7 @@ func (c CorpusConfig) Validate() error {
 // hint means).
 func expertFor(b envadapters.Builtin, env envadapters.Env, hinted bool, seed uint64, noise float64) (envadapters.Expert, error) {
 	if b.Name() == household.Name && !hinted {
-		return household.NewSearchExpert(env, seed, noise)
+		return household.NewListingSearchExpert(env, seed, noise)
 	}
 	return b.Expert(env)
 }

@@ -204,7 +204,7 @@ func InitRandom(cfg *ModelConfig, opt ModelOptions, seed uint64) (*Model, error)
 				vals[i] = float32(r.NormFloat64() * std)
 			}
 		}
-		t = must(must(ts.OfSlice(vals)).View(shape, true))
+		t = fromSlice(vals, shape)
 		t = must(t.Totype(dt, true))
 		return must(t.To(dev, true)), nil
 	}

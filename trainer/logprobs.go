@@ -39,10 +39,10 @@ func (m *Model) tokenLogProbsT(in Input, targets [][]int) *ts.Tensor {
 	}
 	logits := m.forward(in, nil)
 	logp := must(logits.LogSoftmax(-1, gotch.Float, true))
-	idx := must(must(must(ts.OfSlice(flat)).View([]int64{int64(b), int64(t), 1}, true)).To(m.device, true))
+	idx := must(fromSlice(flat, []int64{int64(b), int64(t), 1}).To(m.device, true))
 	g := must(must(logp.Gather(2, idx, false, true)).SqueezeDim(2, true))
 	drop(idx)
-	k := must(must(must(ts.OfSlice(keep)).View([]int64{int64(b), int64(t)}, true)).To(m.device, true))
+	k := must(fromSlice(keep, []int64{int64(b), int64(t)}).To(m.device, true))
 	out := must(g.Mul(k, true))
 	drop(k)
 	return out

@@ -221,7 +221,7 @@ func newModel(cfg *ModelConfig, opt ModelOptions, src tensorSource) (m *Model, e
 		})
 	}
 	inv := ropeInvFreq(cfg)
-	m.invFreq = must(must(ts.OfSlice(inv)).To(dev, true))
+	m.invFreq = must(fromSlice(inv, []int64{int64(len(inv))}).To(dev, true))
 	return m, nil
 }
 
@@ -410,7 +410,7 @@ func (m *Model) forward(in Input, cache *KVCache) *ts.Tensor {
 // run embeds ids [B·T], applies the layers with the given mask and kv
 // store, and returns logits [B, T, V].
 func (m *Model) run(flat []int64, pos []float32, b, t int64, mask *ts.Tensor, kv kvStore) *ts.Tensor {
-	ids := must(must(ts.OfSlice(flat)).View([]int64{b, t}, true))
+	ids := fromSlice(flat, []int64{b, t})
 	ids = must(ids.To(m.device, true))
 	cos, sin := m.rope(pos, b, t)
 	defer drop(cos, sin)
@@ -467,13 +467,13 @@ func (m *Model) attentionMask(qSegs, kSegs [][]int, past int) *ts.Tensor {
 			}
 		}
 	}
-	mask := must(must(ts.OfSlice(vals)).View([]int64{int64(b), 1, int64(t), int64(s)}, true))
+	mask := fromSlice(vals, []int64{int64(b), 1, int64(t), int64(s)})
 	return must(mask.To(m.device, true))
 }
 
 // rope returns cos and sin [B, 1, T, headDim] in the model dtype.
 func (m *Model) rope(pos []float32, b, t int64) (cos, sin *ts.Tensor) {
-	p := must(must(ts.OfSlice(pos)).View([]int64{b, t, 1}, true))
+	p := fromSlice(pos, []int64{b, t, 1})
 	p = must(p.To(m.device, true))
 	half := m.invFreq.MustSize()[0]
 	inv := must(m.invFreq.View([]int64{1, 1, half}, false))

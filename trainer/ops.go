@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"unsafe"
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
@@ -138,4 +139,30 @@ func quiesceGC() {
 	sentinel = nil
 	runtime.GC()
 	<-done
+}
+
+// fromSlice makes a CPU tensor of the given shape from vals with one
+// memcpy; gotch's OfSlice encodes element by element through reflection,
+// which dominated step time for attention masks of long sequences.
+func fromSlice[T float32 | int64 | float64](vals []T, shape []int64) *ts.Tensor {
+	var dt gotch.DType
+	var zero T
+	switch any(zero).(type) {
+	case float32:
+		dt = gotch.Float
+	case int64:
+		dt = gotch.Int64
+	case float64:
+		dt = gotch.Double
+	}
+	if numel(shape) != int64(len(vals)) {
+		panic(torchError{fmt.Errorf("fromSlice: %d values for shape %v", len(vals), shape)})
+	}
+	t := must(ts.Empty(shape, dt, gotch.CPU))
+	if len(vals) > 0 {
+		p, err := t.DataPtr()
+		must0(err)
+		copy(unsafe.Slice((*T)(p), len(vals)), vals)
+	}
+	return t
 }

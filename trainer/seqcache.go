@@ -188,7 +188,7 @@ func (m *Model) DecodeBatch(cs []*SeqCache, ids []int) (out [][]float32, err err
 		}
 	}
 	withoutGrad(func() {
-		mask := must(must(ts.OfSlice(vals)).View([]int64{int64(b), 1, 1, int64(smax + 1)}, true))
+		mask := fromSlice(vals, []int64{int64(b), 1, 1, int64(smax + 1)})
 		mask = must(mask.To(m.device, true))
 		logits := m.run(flat, pos, int64(b), 1, mask, &batchStore{seqs: cs, smax: smax})
 		drop(mask)

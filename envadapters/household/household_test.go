@@ -297,13 +297,13 @@ func BenchmarkStep(b *testing.B) {
 // the step limit, and noise lowers that, as demonstrations should.
 func TestSearchExpert(t *testing.T) {
 	ctx := context.Background()
-	rate := func(split envadapters.Split, noise float64) (float64, float64) {
+	rate := func(split envadapters.Split, noise float64, mk func(envadapters.Env, uint64, float64) (*SearchExpert, error)) (float64, float64) {
 		tasks, _ := builtin{}.Tasks(split, 300)
 		e := newEnv(t)
 		wins, steps := 0, 0
 		for i, task := range tasks {
 			st, _ := e.Reset(ctx, task)
-			x, err := NewSearchExpert(e, uint64(i), noise)
+			x, err := mk(e, uint64(i), noise)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -322,9 +322,11 @@ func TestSearchExpert(t *testing.T) {
 		return float64(wins) / float64(len(tasks)), float64(steps) / float64(max(wins, 1))
 	}
 	for _, split := range envadapters.Splits {
-		clean, cleanSteps := rate(split, 0)
-		noisy, _ := rate(split, 0.2)
-		t.Logf("%s: search expert wins %.0f%% (mean %.1f steps when it wins); with 20%% random actions %.0f%%", split, 100*clean, cleanSteps, 100*noisy)
+		clean, cleanSteps := rate(split, 0, NewSearchExpert)
+		noisy, _ := rate(split, 0.2, NewSearchExpert)
+		listing, listingSteps := rate(split, 0, NewListingSearchExpert)
+		t.Logf("%s: search expert wins %.0f%% (mean %.1f steps when it wins); with 20%% random actions %.0f%%; in listing order %.0f%% (%.1f steps)",
+			split, 100*clean, cleanSteps, 100*noisy, 100*listing, listingSteps)
 		if clean < 0.75 || noisy >= clean {
 			t.Errorf("%s: search expert %.2f, noisy %.2f", split, clean, noisy)
 		}

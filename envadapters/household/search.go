@@ -32,14 +32,29 @@ type SearchExpert struct {
 	order []*recep
 }
 
-// NewSearchExpert returns a searching expert for a reset env.
+// NewSearchExpert returns a searching expert for a reset env that looks in
+// open surfaces first.
 func NewSearchExpert(e envadapters.Env, seed uint64, noise float64) (*SearchExpert, error) {
+	return newSearchExpert(e, seed, noise, true)
+}
+
+// NewListingSearchExpert searches in the order the first observation lists
+// the receptacles: after visiting one it goes to the next in that list, a
+// pattern small models pick up by copying from their context.
+func NewListingSearchExpert(e envadapters.Env, seed uint64, noise float64) (*SearchExpert, error) {
+	return newSearchExpert(e, seed, noise, false)
+}
+
+func newSearchExpert(e envadapters.Env, seed uint64, noise float64, byPriority bool) (*SearchExpert, error) {
 	h, ok := e.(*Env)
 	if !ok || h.w == nil {
 		return nil, errors.New("household: the search expert needs a household env that has been reset")
 	}
 	x := &SearchExpert{env: h, r: rand.New(rand.NewPCG(seed, 31)), Noise: noise, seen: map[*recep]bool{}}
 	x.order = append(x.order, h.w.receps...)
+	if !byPriority {
+		return x, nil
+	}
 	sort.SliceStable(x.order, func(i, j int) bool {
 		pi, pj := searchPriority[x.order[i].typ], searchPriority[x.order[j].typ]
 		if pi != pj {

@@ -1,0 +1,147 @@
+package basemodel
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/envadapters/household"
+	"github.com/seedctl/seedctl/rollout"
+	"github.com/seedctl/seedctl/tokenizer"
+)
+
+func smallCorpus(t *testing.T, n int) ([]Episode, Recipe) {
+	t.Helper()
+	r, err := DefaultRecipe(household.Name, "tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Corpus.Episodes = n
+	b, _ := envadapters.Lookup(household.Name)
+	eps, err := GenerateCorpus(context.Background(), b, r.Corpus, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eps, r
+}
+
+// TestCorpus: only training tasks, deterministic, hints where asked and
+// consistent with the demonstrated actions.
+func TestCorpus(t *testing.T) {
+	eps, r := smallCorpus(t, 120)
+	again, _ := smallCorpus(t, 120)
+	if !reflect.DeepEqual(eps, again) {
+		t.Fatal("the same seed gave a different corpus")
+	}
+	hinted, won := 0, 0
+	for _, e := range eps {
+		if e.Task.Split != envadapters.Train {
+			t.Fatalf("corpus episode from split %s", e.Task.Split)
+		}
+		if e.Won {
+			won++
+		}
+		if e.EpisodeHint == "" {
+			continue
+		}
+		hinted++
+		// The hint names where the demonstration took the object.
+		for _, s := range e.Steps {
+			if strings.HasPrefix(s.After, "You pick up the ") {
+				from := strings.TrimSuffix(s.After[strings.Index(s.After, " from the ")+len(" from the "):], ".")
+				if !strings.Contains(e.EpisodeHint, from) {
+					t.Errorf("%s: hint %q does not name %s, where the object was taken", e.Task.ID, e.EpisodeHint, from)
+				}
+				break
+			}
+		}
+		for _, s := range e.Steps {
+			if s.StepHint != "" && strings.HasPrefix(s.Action, "go to ") && !strings.Contains(s.StepHint, strings.TrimPrefix(s.Action, "go to ")) {
+				t.Errorf("step hint %q does not match action %q", s.StepHint, s.Action)
+			}
+		}
+	}
+	share := float64(hinted) / float64(len(eps))
+	t.Logf("%d episodes, %d won, %d hinted", len(eps), won, hinted)
+	if share < r.Corpus.HintShare-0.15 || share > r.Corpus.HintShare+0.15 {
+		t.Errorf("hinted share %.2f, recipe %.2f", share, r.Corpus.HintShare)
+	}
+}
+
+// TestEncodeMatchesRolloutPrompts: each window-mode example is the prompt a
+// rollout would send (with the hints inserted) plus the reply and EOS, and
+// only the reply and EOS are trained on.
+func TestEncodeMatchesRolloutPrompts(t *testing.T) {
+	eps, r := smallCorpus(t, 12)
+	tc := tokenizer.DefaultTrainConfig()
+	tc.VocabSize = 600
+	tok, err := tokenizer.TrainBPE(append(Texts(eps), tokenizer.Qwen25ChatTemplate), tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := rollout.NewPolicy(nil, tok, &tokenizer.Config{EOSToken: "<|im_end|>", ChatTemplate: tokenizer.Qwen25ChatTemplate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := rollout.TemplateFor(household.Name)
+	ex, _, err := Encode(eps, p, tmpl, rollout.ModeWindow, r.Window)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := 0
+	for _, e := range eps {
+		var past []rollout.Step
+		for _, s := range e.Steps {
+			user := rollout.InsertSkills(rollout.WindowText(tmpl, e.FirstObs, past, r.Window, s.Obs, s.Admissible), tmpl.ActionRequest, e.EpisodeHint, s.StepHint)
+			prompt, _ := p.StartIDs(e.System, user)
+			resp, _ := tok.Encode(s.Response)
+			want := append(append(append([]int(nil), prompt...), resp...), p.EOS)
+			if !reflect.DeepEqual(ex[k].IDs, want) {
+				t.Fatalf("example %d is not the rollout prompt + reply", k)
+			}
+			for i, l := range ex[k].Loss {
+				if l != (i >= len(prompt)) {
+					t.Fatalf("example %d: loss mark %v at %d (prompt %d tokens)", k, l, i, len(prompt))
+				}
+			}
+			past = append(past, rollout.Step{Action: s.Action, Observation: s.After})
+			k++
+		}
+	}
+	if k != len(ex) {
+		t.Fatalf("%d examples for %d steps", len(ex), k)
+	}
+}
+
+// TestEnsureBuildsOnceAndReuses builds a very small model, then reuses it.
+func TestEnsureBuildsOnceAndReuses(t *testing.T) {
+	r, _ := DefaultRecipe(household.Name, "tiny")
+	r.Corpus.Episodes, r.SFT.Epochs, r.VocabSize, r.Hidden, r.Layers, r.Inter = 20, 0.2, 500, 32, 1, 64
+	dir := filepath.Join(t.TempDir(), "base")
+	got, built, err := Ensure(context.Background(), r, dir, zerolog.Nop(), nil)
+	if err != nil || !built || got != dir {
+		t.Fatalf("first Ensure: %v %v %v", got, built, err)
+	}
+	for _, f := range []string{"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "recipe.json"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("missing %s", f)
+		}
+	}
+	if _, built, err := Ensure(context.Background(), r, dir, zerolog.Nop(), nil); err != nil || built {
+		t.Fatalf("second Ensure rebuilt (%v)", err)
+	}
+	if rec, ok := ReadRecipe(dir); !ok || rec.Key() != r.Key() || rec.Mode != rollout.ModeWindow {
+		t.Errorf("recipe.json: %+v", rec)
+	}
+	r2 := r
+	r2.Seed = 2
+	if r2.Key() == r.Key() {
+		t.Error("a changed recipe keeps its key")
+	}
+}
