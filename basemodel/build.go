@@ -22,7 +22,7 @@ import (
 
 // RecipeVersion changes whenever the way base models are built changes, so
 // cached models from older recipes are rebuilt.
-const RecipeVersion = 3
+const RecipeVersion = 4
 
 // Recipe is everything that determines a base model.
 type Recipe struct {

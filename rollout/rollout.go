@@ -215,6 +215,19 @@ func WindowText(tmpl Template, firstObs string, past []Step, window int, obs str
 	var b strings.Builder
 	b.WriteString(strings.TrimSpace(firstObs))
 	if n := len(past); n > 0 {
+		// Places visited so far: the window shows only the last steps, and
+		// a search needs to know where it has already looked.
+		var visited []string
+		seen := map[string]bool{}
+		for _, s := range past {
+			if p, ok := strings.CutPrefix(s.Action, "go to "); ok && !seen[p] {
+				seen[p] = true
+				visited = append(visited, p)
+			}
+		}
+		if len(visited) > 0 {
+			b.WriteString("\nPlaces visited so far: " + strings.Join(visited, ", ") + ".")
+		}
 		from := max(0, n-window)
 		fmt.Fprintf(&b, "\nYou have taken %d steps. The last %d:", n, n-from)
 		for k := from; k < n; k++ {
