@@ -435,16 +435,21 @@ type kvStore interface {
 }
 
 func (c *KVCache) extend(li int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
-	if c.k[li] != nil {
-		nk := must(ts.Cat([]*ts.Tensor{c.k[li], k}, 2))
-		nv := must(ts.Cat([]*ts.Tensor{c.v[li], v}, 2))
-		drop(c.k[li], c.v[li], k, v)
+	return appendKV(&c.k[li], &c.v[li], k, v)
+}
+
+// appendKV appends new keys and values to a layer's cache slots along the
+// sequence axis and returns the full K, V. The slots keep their own detached
+// handles, so a cache never holds an autograd graph alive.
+func appendKV(ks, vs **ts.Tensor, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
+	if *ks != nil {
+		nk := must(ts.Cat([]*ts.Tensor{*ks, k}, 2))
+		nv := must(ts.Cat([]*ts.Tensor{*vs, v}, 2))
+		drop(*ks, *vs, k, v)
 		k, v = nk, nv
 	}
-	// The cache keeps its own detached handles, so it never holds an
-	// autograd graph alive.
-	c.k[li] = must(k.Detach(false))
-	c.v[li] = must(v.Detach(false))
+	*ks = must(k.Detach(false))
+	*vs = must(v.Detach(false))
 	return k, v
 }
 

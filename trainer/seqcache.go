@@ -63,15 +63,7 @@ func (c *SeqCache) Fork(n int) (out *SeqCache, err error) {
 }
 
 func (c *SeqCache) extend(li int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
-	if c.k[li] != nil {
-		nk := must(ts.Cat([]*ts.Tensor{c.k[li], k}, 2))
-		nv := must(ts.Cat([]*ts.Tensor{c.v[li], v}, 2))
-		drop(c.k[li], c.v[li], k, v)
-		k, v = nk, nv
-	}
-	c.k[li] = must(k.Detach(false))
-	c.v[li] = must(v.Detach(false))
-	return k, v
+	return appendKV(&c.k[li], &c.v[li], k, v)
 }
 
 // Extend feeds ids to one sequence, appending them to its cache, and returns
