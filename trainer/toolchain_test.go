@@ -43,13 +43,22 @@ func TestToolchainTrainsTinyModel(t *testing.T) {
 		t.Fatalf("building AdamW: %v", err)
 	}
 
+	// The forward keeps every tensor it passes to libtorch referenced until
+	// the call returns, rather than using gotch's nn layers' Forward, whose
+	// temporaries can be freed by their finalizers mid-call (seen as a
+	// SIGSEGV in CI).
 	lossAt := func() *ts.Tensor {
-		h := emb.Forward(x).MustView([]int64{n, 2 * dim}, true)
-		h = l1.Forward(h).MustTanh(true)
-		logits := l2.Forward(h)
-		logp := logits.MustLogSoftmax(-1, gotch.Float, true)
-		tok := logp.MustGather(1, y, false, true)
-		return tok.MustMean(gotch.Float, true).MustNeg(true)
+		e := must(ts.Embedding(emb.Ws, x, -1, false, false))
+		h := must(e.View([]int64{n, 2 * dim}, true))
+		// gotch's Linear keeps its weight as [in, out].
+		h1 := must(must(h.Matmul(l1.Ws, false)).Add(l1.Bs, true))
+		drop(h)
+		a := must(h1.Tanh(true))
+		logits := must(must(a.Matmul(l2.Ws, false)).Add(l2.Bs, true))
+		drop(a)
+		logp := must(logits.LogSoftmax(-1, gotch.Float, true))
+		tok := must(logp.Gather(1, y, false, true))
+		return must(must(tok.Mean(gotch.Float, true)).Neg(true))
 	}
 
 	first := math.NaN()
