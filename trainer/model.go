@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 
 	"github.com/sugarme/gotch"
@@ -197,6 +198,7 @@ func newModel(cfg *ModelConfig, opt ModelOptions, src tensorSource) (m *Model, e
 			path = path.Sub(part)
 		}
 		added := must(path.Add(parts[len(parts)-1], t, true))
+		runtime.KeepAlive(t) // gotch reads it in a C call after its last Go use
 		byName[p.name] = added
 		m.params = append(m.params, param{name: p.name, shape: p.shape, t: added})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/sugarme/gotch/ts"
@@ -88,8 +89,11 @@ func TestOptimizerRefusesNonFiniteStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := must(m.embed.Grad(false))
-	nan := must(ts.Full(g.MustSize(), ts.FloatScalar(math.NaN()), g.DType(), g.MustDevice()))
+	nanScalar := ts.FloatScalar(math.NaN())
+	nan := must(ts.Full(g.MustSize(), nanScalar, g.DType(), g.MustDevice()))
+	runtime.KeepAlive(nanScalar)
 	g.Copy_(nan)
+	runtime.KeepAlive(nan)
 	if _, err := opt.Step(1); !errors.Is(err, ErrNonFinite) {
 		t.Fatalf("step with a NaN gradient: %v", err)
 	}

@@ -65,7 +65,7 @@ func TestToolchainTrainsTinyModel(t *testing.T) {
 	var last float64
 	for step := 0; step < steps; step++ {
 		loss := lossAt()
-		last = loss.Float64Values()[0]
+		last = scalarFloat(loss)
 		if step == 0 {
 			first = last
 			if first < 1 {
