@@ -5,19 +5,16 @@
 package agentgym
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
 	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/envadapters/internal/httpretry"
 )
 
 // Flavors of the protocol.
@@ -87,41 +84,7 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 	if body != nil {
 		payload, _ = json.Marshal(body)
 	}
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 100*time.Millisecond, 2*time.Second, c.cfg.RetryFor
-	attempts := 0
-	var raw []byte
-	err := backoff.Retry(func() error {
-		attempts++
-		var rd io.Reader
-		if payload != nil {
-			rd = bytes.NewReader(payload)
-		}
-		req, err := http.NewRequestWithContext(ctx, method, url, rd)
-		if err != nil {
-			return backoff.Permanent(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := c.hc.Do(req)
-		if err != nil {
-			if ctx.Err() != nil {
-				return backoff.Permanent(ctx.Err())
-			}
-			return err
-		}
-		defer resp.Body.Close()
-		raw, err = io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode >= 500 {
-			return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw)))
-		}
-		if resp.StatusCode != http.StatusOK {
-			return backoff.Permanent(fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(raw))))
-		}
-		return nil
-	}, backoff.WithContext(b, ctx))
+	raw, attempts, err := httpretry.Do(ctx, c.hc, httpretry.Request{Method: method, URL: url, Payload: payload, RetryFor: c.cfg.RetryFor})
 	if err != nil {
 		return fmt.Errorf("%s %s (%d attempts): %w: %w", method, url, attempts, ErrEnvServer, err)
 	}

@@ -1,7 +1,6 @@
 package searchqa
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
+	"github.com/seedctl/seedctl/envadapters/internal/httpretry"
 )
 
 // Search-R1's retrieval server: POST /retrieve {"queries": [...], "topk": k,
@@ -76,41 +75,13 @@ type retrieveResponse struct {
 // Search sends one query, retrying connection errors, timeouts and 5xx.
 func (c *RetrieverClient) Search(ctx context.Context, query string, k int) ([]Passage, error) {
 	body, _ := json.Marshal(retrieveRequest{Queries: []string{query}, TopK: k, ReturnScores: true})
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 100*time.Millisecond, 2*time.Second, c.cfg.RetryFor
+	raw, attempts, err := httpretry.Do(ctx, c.hc, httpretry.Request{Method: "POST", URL: c.cfg.URL, Payload: body, RetryFor: c.cfg.RetryFor, MaxBytes: 32 << 20})
 	var resp retrieveResponse
-	attempts := 0
-	err := backoff.Retry(func() error {
-		attempts++
-		req, err := http.NewRequestWithContext(ctx, "POST", c.cfg.URL, bytes.NewReader(body))
-		if err != nil {
-			return backoff.Permanent(err)
+	if err == nil {
+		if jerr := json.Unmarshal(raw, &resp); jerr != nil {
+			err = fmt.Errorf("answer is not JSON: %v", jerr)
 		}
-		req.Header.Set("Content-Type", "application/json")
-		r, err := c.hc.Do(req)
-		if err != nil {
-			if ctx.Err() != nil {
-				return backoff.Permanent(ctx.Err())
-			}
-			return err
-		}
-		defer r.Body.Close()
-		raw, err := io.ReadAll(io.LimitReader(r.Body, 32<<20))
-		if err != nil {
-			return err
-		}
-		if r.StatusCode >= 500 {
-			return fmt.Errorf("HTTP %d", r.StatusCode)
-		}
-		if r.StatusCode != 200 {
-			return backoff.Permanent(fmt.Errorf("HTTP %d: %s", r.StatusCode, strings.TrimSpace(string(raw))))
-		}
-		resp = retrieveResponse{}
-		if err := json.Unmarshal(raw, &resp); err != nil {
-			return backoff.Permanent(fmt.Errorf("answer is not JSON: %v", err))
-		}
-		return nil
-	}, backoff.WithContext(b, ctx))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("retrieving %q from %s (%d attempts): %w: %w", query, c.cfg.URL, attempts, ErrRetriever, err)
 	}
