@@ -101,8 +101,10 @@ fi
 ./scripts/prepare-gotch.sh
 say "downloading Go modules"
 go mod download
-if ! go list -deps ./... 2>/dev/null | grep -q .; then
-  die "go list ./... failed after setup; run 'go build ./...' to see why"
+# (No "| grep -q": under pipefail its early exit SIGPIPEs go list, a race.)
+if ! golist_err=$(go list -deps ./... 2>&1 >/dev/null); then
+  echo "$golist_err" >&2
+  die "go list ./... failed after setup (above); run 'go build ./...' for details"
 fi
 # The first build compiles gotch's C++ against libtorch (about 2 minutes on 2
 # cores); Go caches it, so later builds take seconds.

@@ -41,7 +41,7 @@ if [[ -n "${LIBTORCH:-}" ]]; then
     LT_VERSION="$(sed -n 's/^ *"\([0-9.]*\)".*/\1/p' "$LT_API_INC/torch/version.h" | head -n1)"
   fi
   # The archives come in two C++ ABIs; the symbols tell which one this is.
-  if nm -D --defined-only "$LT_LIB/libc10.so" 2>/dev/null | grep -q '__cxx11'; then ABI=1; else ABI=0; fi
+  if nm -D --defined-only "$LT_LIB/libc10.so" 2>/dev/null | grep '__cxx11' >/dev/null; then ABI=1; else ABI=0; fi # not grep -q: its early exit SIGPIPEs nm under pipefail
   if [[ "${CUDA_VER:-}" != "cpu" && -f "$LT_LIB/libtorch_cuda.so" ]]; then DEVICE=cuda; else DEVICE=cpu; fi
 else
   LT_ROOT="/usr"
@@ -160,7 +160,7 @@ probe() { # prints names of wrappers that fail to compile
   [[ "$DEVICE" == cuda ]] && flags+=(-I"${CUDA_HOME:-/usr/local/cuda}/include")
   local errs
   errs="$(g++ "${flags[@]}" "$DEST.tmp/libtch/torch_api.cpp" 2>&1 || true)"
-  if echo "$errs" | grep -q 'error:' && ! echo "$errs" | grep -q 'torch_api_generated.cpp.h:[0-9]*:[0-9]*: error'; then
+  if grep -q 'error:' <<<"$errs" && ! grep -q 'torch_api_generated.cpp.h:[0-9]*:[0-9]*: error' <<<"$errs"; then
     echo "$errs" | grep 'error:' | head -n 20 >&2
     die "gotch's hand-written C++ does not compile against libtorch $LT_VERSION; only generated wrappers can be stubbed"
   fi
