@@ -11,6 +11,14 @@ import (
 // tensor that carries gradients when grad mode is on. Targets < 0 (masked
 // positions) score 0. This is the primitive behind GRPO, rescoring and SFT.
 func (m *Model) tokenLogProbsT(in Input, targets [][]int) *ts.Tensor {
+	lp, logp := m.tokenLogProbsFull(in, targets)
+	drop(logp)
+	return lp
+}
+
+// tokenLogProbsFull is tokenLogProbsT that also returns the full
+// log-softmax [B, T, V] (the caller drops it).
+func (m *Model) tokenLogProbsFull(in Input, targets [][]int) (*ts.Tensor, *ts.Tensor) {
 	b, t, err := in.shape()
 	if err != nil {
 		panic(torchError{err})
@@ -40,12 +48,12 @@ func (m *Model) tokenLogProbsT(in Input, targets [][]int) *ts.Tensor {
 	logits := m.forward(in, nil)
 	logp := must(logits.LogSoftmax(-1, gotch.Float, true))
 	idx := must(fromSlice(flat, []int64{int64(b), int64(t), 1}).To(m.device, true))
-	g := must(must(logp.Gather(2, idx, false, true)).SqueezeDim(2, true))
+	g := must(must(logp.Gather(2, idx, false, false)).SqueezeDim(2, true))
 	drop(idx)
 	k := must(fromSlice(keep, []int64{int64(b), int64(t)}).To(m.device, true))
 	out := must(g.Mul(k, true))
 	drop(k)
-	return out
+	return out, logp
 }
 
 // TokenLogProbs scores targets[b][t] at each position of in without

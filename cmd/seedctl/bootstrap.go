@@ -45,6 +45,8 @@ func bootstrapCommand() *cli.Command {
 			&cli.StringFlag{Name: "out", Usage: "checkpoint folder (default: the user cache, keyed by recipe)"},
 			&cli.IntFlag{Name: "episodes", Usage: "override the corpus size"},
 			&cli.Float64Flag{Name: "epochs", Usage: "override the pre-training epochs"},
+			&cli.IntFlag{Name: "batch-tokens", Usage: "override the padded tokens per optimizer step"},
+			&cli.Float64Flag{Name: "lr", Usage: "override the peak learning rate"},
 			&cli.BoolFlag{Name: "rebuild", Usage: "build even when a cached model exists"},
 		},
 		Action: func(c *cli.Context) error {
@@ -58,6 +60,16 @@ func bootstrapCommand() *cli.Command {
 			}
 			if e := c.Float64("epochs"); e > 0 {
 				r.SFT.Epochs = e
+			}
+			if n := c.Int("batch-tokens"); n > 0 {
+				r.SFT.BatchTokens = n
+				r.SFT.MaxLen = min(r.SFT.MaxLen, n)
+			}
+			if lr := c.Float64("lr"); lr > 0 {
+				r.SFT.LR = lr
+			}
+			if err := r.SFT.Validate(); err != nil {
+				return cli.Exit("model bootstrap: "+err.Error(), 2)
 			}
 			out := c.String("out")
 			start := time.Now()

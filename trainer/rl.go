@@ -1,0 +1,417 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sort"
+	"time"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
+)
+
+// RLSequence is one training row of the RL step. Position k of every
+// per-position slice refers to IDs[k], scored given IDs[:k]; position 0 is
+// never trained.
+type RLSequence struct {
+	// ID names the row in logs (trajectory and step).
+	ID  string
+	IDs []int
+	// Train marks the sampled response tokens: the policy-gradient tokens.
+	Train []bool
+	// Advantage is the GRPO advantage of the row's trajectory, broadcast
+	// to every trained token.
+	Advantage float64
+	// OldLogP is ℓold, the log-prob the tokens were sampled with.
+	OldLogP []float32
+	// RefLogP is the frozen reference policy's log-prob (for the k3 KL);
+	// nil leaves the row out of the KL term.
+	RefLogP []float32
+	// TeacherLogP is ℓᵀ, the log-prob with the hindsight skill in context;
+	// Distill marks the tokens distilled (a subset of Train). Both nil: no
+	// distillation for this row.
+	TeacherLogP []float32
+	Distill     []bool
+}
+
+// RLConfig weighs the loss L = L_GRPO + λ·L_OPD + c_KL·KL (DESIGN §2).
+type RLConfig struct {
+	ClipEps float64 // ε_c of the clipped ratio (0.2)
+	Lambda  float64 // λ, weight of the gated distillation loss (0.01)
+	Beta    float64 // β of the gate σ(β·Δ) (5)
+	KLCoef  float64 // c_KL (0.01)
+	// MicroBatchTokens bounds the padded tokens of one forward/backward;
+	// gradients accumulate across micro-batches into one optimizer step.
+	MicroBatchTokens int
+	ClipNorm         float64 // gradient-norm clipping (0: none)
+}
+
+// DefaultRLConfig is the SEED reference setting.
+func DefaultRLConfig() RLConfig {
+	return RLConfig{ClipEps: 0.2, Lambda: 0.01, Beta: 5, KLCoef: 0.01, MicroBatchTokens: 8192, ClipNorm: 1}
+}
+
+// Validate names the first bad field.
+func (c RLConfig) Validate() error {
+	switch {
+	case c.ClipEps <= 0 || c.ClipEps >= 1:
+		return fmt.Errorf("rl config: clip_eps %v must be in (0, 1)", c.ClipEps)
+	case c.Lambda < 0 || math.IsNaN(c.Lambda):
+		return fmt.Errorf("rl config: lambda %v must be >= 0", c.Lambda)
+	case c.Beta <= 0:
+		return fmt.Errorf("rl config: beta %v must be positive", c.Beta)
+	case c.KLCoef < 0:
+		return fmt.Errorf("rl config: kl_coef %v must be >= 0", c.KLCoef)
+	case c.MicroBatchTokens < 2:
+		return fmt.Errorf("rl config: micro_batch_tokens %d must be at least 2", c.MicroBatchTokens)
+	case c.ClipNorm < 0:
+		return fmt.Errorf("rl config: clip_norm %v must be >= 0", c.ClipNorm)
+	}
+	return nil
+}
+
+// RLStats are the step's metrics. Loss terms are the values of the
+// weighted sum's parts before weighting.
+type RLStats struct {
+	Loss     float64 `json:"loss"`
+	GRPOLoss float64 `json:"grpo_loss"`
+	OPDLoss  float64 `json:"opd_loss"`
+	KL       float64 `json:"kl"`
+	// GateMean is the mean of σ(β·Δ) over distilled tokens; PositiveShift
+	// the share of them with Δ > 0; MeanShift the mean Δ.
+	GateMean      float64 `json:"gate_mean"`
+	PositiveShift float64 `json:"positive_shift"`
+	MeanShift     float64 `json:"mean_shift"`
+	// ClipFrac is the share of trained tokens whose clipped term is active.
+	ClipFrac float64 `json:"clip_frac"`
+	// RatioMaxDev is max |r−1| over trained tokens (1e-6-ish when ℓold was
+	// computed by this model, larger when it came from the server).
+	RatioMaxDev   float64       `json:"ratio_max_dev"`
+	GradNorm      float64       `json:"grad_norm"`
+	Entropy       float64       `json:"entropy"`
+	Tokens        int           `json:"tokens"`
+	DistillTokens int           `json:"distill_tokens"`
+	Sequences     int           `json:"sequences"`
+	MicroBatches  int           `json:"micro_batches"`
+	TokensPerSec  float64       `json:"tokens_per_s"`
+	Elapsed       time.Duration `json:"elapsed_ns"`
+}
+
+// tokenTerms are one token's contributions to the loss and the derivative
+// of the whole (normalised, weighted) loss with respect to its ℓθ.
+type tokenTerms struct {
+	grpo, opd, kl   float64 // unnormalised per-token values
+	gate, delta     float64
+	clipped, hasKL  bool
+	dGRPO, dOPD, dK float64 // ∂(term)/∂ℓθ, unnormalised
+}
+
+// termsAt computes the per-token SEED loss pieces for log-prob lp (ℓθ).
+// GRPO: −min(r·A, clip(r)·A) with r = exp(ℓθ−ℓold); its derivative is
+// −r·A when the unclipped term is the active one, else 0. OPD:
+// g·(ℓᵀ−ℓθ) with g = σ(β·(ℓᵀ−ℓθ)) held constant, derivative −g. KL (k3):
+// e^ρ−ρ−1 with ρ = ℓref−ℓθ, derivative 1−e^ρ.
+func termsAt(lp float64, s *RLSequence, k int, cfg RLConfig) tokenTerms {
+	var t tokenTerms
+	r := math.Exp(lp - float64(s.OldLogP[k]))
+	a := s.Advantage
+	unclipped := r * a
+	cr := math.Min(math.Max(r, 1-cfg.ClipEps), 1+cfg.ClipEps)
+	clippedV := cr * a
+	if clippedV < unclipped {
+		t.grpo = -clippedV
+		t.clipped = true
+	} else {
+		t.grpo = -unclipped
+		t.dGRPO = -unclipped
+	}
+	if s.Distill != nil && s.Distill[k] {
+		t.delta = float64(s.TeacherLogP[k]) - lp
+		t.gate = 1 / (1 + math.Exp(-cfg.Beta*t.delta))
+		t.opd = t.gate * t.delta
+		t.dOPD = -t.gate
+	}
+	if s.RefLogP != nil {
+		rho := float64(s.RefLogP[k]) - lp
+		t.kl = math.Exp(rho) - rho - 1
+		t.dK = 1 - math.Exp(rho)
+		t.hasKL = true
+	}
+	return t
+}
+
+// check validates a sequence's shape.
+func (s *RLSequence) check(vocab int) error {
+	n := len(s.IDs)
+	if n < 2 {
+		return fmt.Errorf("rl sequence %q: %d ids, need at least 2", s.ID, n)
+	}
+	if len(s.Train) != n || len(s.OldLogP) != n {
+		return fmt.Errorf("rl sequence %q: %d ids but %d train marks and %d old log-probs", s.ID, n, len(s.Train), len(s.OldLogP))
+	}
+	if s.RefLogP != nil && len(s.RefLogP) != n {
+		return fmt.Errorf("rl sequence %q: %d ids but %d reference log-probs", s.ID, n, len(s.RefLogP))
+	}
+	if (s.Distill == nil) != (s.TeacherLogP == nil) || (s.Distill != nil && (len(s.Distill) != n || len(s.TeacherLogP) != n)) {
+		return fmt.Errorf("rl sequence %q: distill marks and teacher log-probs must both be absent or both have %d entries", s.ID, n)
+	}
+	if math.IsNaN(s.Advantage) || math.IsInf(s.Advantage, 0) {
+		return fmt.Errorf("rl sequence %q: advantage %v: %w", s.ID, s.Advantage, ErrNonFinite)
+	}
+	if s.Train[0] {
+		return fmt.Errorf("rl sequence %q: position 0 cannot be trained (nothing predicts it)", s.ID)
+	}
+	for k, id := range s.IDs {
+		if id < 0 || id >= vocab {
+			return fmt.Errorf("rl sequence %q: id %d at %d is outside the vocabulary (%d)", s.ID, id, k, vocab)
+		}
+		if s.Distill != nil && s.Distill[k] && !s.Train[k] {
+			return fmt.Errorf("rl sequence %q: position %d is distilled but not a trained token", s.ID, k)
+		}
+	}
+	return nil
+}
+
+// microBatches groups row indices (longest first) so each group's padded
+// size stays within maxTokens; a single longer row forms its own group.
+func microBatches(lens []int, maxTokens int) [][]int {
+	order := make([]int, len(lens))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return lens[order[a]] > lens[order[b]] })
+	var out [][]int
+	var cur []int
+	width := 0
+	for _, i := range order {
+		w := max(width, lens[i])
+		if len(cur) > 0 && (len(cur)+1)*w > maxTokens {
+			out = append(out, cur)
+			cur, w = nil, lens[i]
+		}
+		cur = append(cur, i)
+		width = w
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// RLStep runs one optimizer step of L = L_GRPO + λ·L_OPD + c_KL·KL on batch:
+// ℓθ with gradients in micro-batches (gradients accumulate), each term's
+// token-mean over the whole batch (OPD over distilled tokens), clipping,
+// AdamW. Non-finite log-probs, losses or gradients refuse the step: the
+// weights are untouched, gradients are cleared, and the error wraps
+// ErrNonFinite.
+func (m *Model) RLStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLStats, err error) {
+	start := time.Now()
+	if err := cfg.Validate(); err != nil {
+		return st, err
+	}
+	if len(batch) == 0 {
+		return st, errors.New("rl step: empty batch")
+	}
+	nTrain, nDistill, nKL := 0, 0, 0
+	lens := make([]int, len(batch))
+	for i := range batch {
+		s := &batch[i]
+		if err := s.check(m.cfg.VocabSize); err != nil {
+			return st, fmt.Errorf("rl step: %w", err)
+		}
+		lens[i] = len(s.IDs) - 1
+		for k := range s.IDs {
+			if s.Train[k] {
+				nTrain++
+				if s.RefLogP != nil {
+					nKL++
+				}
+			}
+			if s.Distill != nil && s.Distill[k] {
+				nDistill++
+			}
+		}
+	}
+	if nTrain == 0 {
+		return st, errors.New("rl step: no trained tokens in the batch")
+	}
+	defer func() {
+		if err != nil {
+			m.ZeroGrad()
+		}
+	}()
+	defer guard(&err, "rl step")
+	var sumEnt, sumGate, sumDelta float64
+	var clipN, posN int
+	for _, mb := range microBatches(lens, cfg.MicroBatchTokens) {
+		st.MicroBatches++
+		if err := m.rlMicroBatch(batch, mb, cfg, nTrain, nDistill, nKL, &st, &sumEnt, &sumGate, &sumDelta, &clipN, &posN); err != nil {
+			return st, err
+		}
+	}
+	st.GRPOLoss /= float64(nTrain)
+	if nDistill > 0 {
+		st.OPDLoss /= float64(nDistill)
+		st.GateMean = sumGate / float64(nDistill)
+		st.MeanShift = sumDelta / float64(nDistill)
+		st.PositiveShift = float64(posN) / float64(nDistill)
+	}
+	if nKL > 0 {
+		st.KL /= float64(nKL)
+	}
+	st.Loss = st.GRPOLoss + cfg.Lambda*st.OPDLoss + cfg.KLCoef*st.KL
+	st.ClipFrac = float64(clipN) / float64(nTrain)
+	st.Entropy = sumEnt / float64(nTrain)
+	st.Tokens, st.DistillTokens, st.Sequences = nTrain, nDistill, len(batch)
+	st.GradNorm, err = opt.Step(cfg.ClipNorm)
+	if err != nil {
+		return st, err
+	}
+	st.Elapsed = time.Since(start)
+	st.TokensPerSec = float64(nTrain) / st.Elapsed.Seconds()
+	return st, nil
+}
+
+func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain, nDistill, nKL int, st *RLStats,
+	sumEnt, sumGate, sumDelta *float64, clipN, posN *int) error {
+	width := 0
+	for _, i := range mb {
+		width = max(width, len(batch[i].IDs)-1)
+	}
+	in := Input{IDs: make([][]int, len(mb)), Segments: make([][]int, len(mb))}
+	targets := make([][]int, len(mb))
+	for b, i := range mb {
+		s := &batch[i]
+		in.IDs[b], in.Segments[b], targets[b] = make([]int, width), make([]int, width), make([]int, width)
+		for k := 0; k < width; k++ {
+			targets[b][k] = -1
+			if k < len(s.IDs)-1 {
+				in.IDs[b][k] = s.IDs[k]
+				in.Segments[b][k] = 1
+				if s.Train[k+1] {
+					targets[b][k] = s.IDs[k+1]
+				}
+			}
+		}
+	}
+	lp, ent := m.scoreT(in, targets, true)
+	defer drop(lp, ent)
+	det := must(lp.Detach(false))
+	lpv := rows2D(det)
+	drop(det)
+	entv := rows2D(ent)
+	w := make([]float32, len(mb)*width)
+	for b, i := range mb {
+		s := &batch[i]
+		for k := 0; k < width; k++ {
+			if targets[b][k] < 0 {
+				continue
+			}
+			pos := k + 1
+			l := float64(lpv[b][k])
+			if math.IsNaN(l) || math.IsInf(l, 0) {
+				return fmt.Errorf("rl step: log-prob %v of %q at %d: %w", l, s.ID, pos, ErrNonFinite)
+			}
+			t := termsAt(l, s, pos, cfg)
+			st.GRPOLoss += t.grpo
+			d := t.dGRPO / float64(nTrain)
+			if t.clipped {
+				*clipN++
+			}
+			st.RatioMaxDev = math.Max(st.RatioMaxDev, math.Abs(math.Exp(l-float64(s.OldLogP[pos]))-1))
+			if s.Distill != nil && s.Distill[pos] {
+				st.OPDLoss += t.opd
+				*sumGate += t.gate
+				*sumDelta += t.delta
+				if t.delta > 0 {
+					*posN++
+				}
+				d += cfg.Lambda * t.dOPD / float64(nDistill)
+			}
+			if t.hasKL {
+				st.KL += t.kl
+				d += cfg.KLCoef * t.dK / float64(nKL)
+			}
+			*sumEnt += float64(entv[b][k])
+			if math.IsNaN(d) || math.IsInf(d, 0) || math.IsNaN(t.grpo+t.opd+t.kl) || math.IsInf(t.grpo+t.opd+t.kl, 0) {
+				return fmt.Errorf("rl step: loss of %q at %d is not finite (log-prob %v): %w", s.ID, pos, l, ErrNonFinite)
+			}
+			w[b*width+k] = float32(d)
+		}
+	}
+	// The surrogate Σ w·ℓθ has exactly the loss's gradient (w is the
+	// loss's derivative per token, computed above with gates detached).
+	wt := must(fromSlice(w, []int64{int64(len(mb)), int64(width)}).To(m.device, true))
+	prod := must(lp.Mul(wt, false))
+	sur := must(prod.Sum(gotch.Float, true))
+	must0(sur.Backward())
+	runtime.KeepAlive(wt)
+	drop(sur, wt)
+	return nil
+}
+
+// scoreT is tokenLogProbsT plus, when wantEntropy, the policy's entropy
+// at every position (no gradient), both [B, T].
+func (m *Model) scoreT(in Input, targets [][]int, wantEntropy bool) (lp, ent *ts.Tensor) {
+	lp, logp := m.tokenLogProbsFull(in, targets)
+	if wantEntropy {
+		d := must(logp.Detach(false))
+		p := must(d.Exp(false))
+		pl := must(p.Mul(d, true))
+		s := must(pl.SumDimIntlist([]int64{-1}, false, gotch.Float, true))
+		ent = mulScalar(s, -1, true)
+		drop(d)
+	}
+	drop(logp)
+	return lp, ent
+}
+
+// Rescore returns, for each sequence, log p(ids[k] | ids[:k]) at every
+// position k ≥ 1 (entry 0 is 0), without gradients: teacher log-probs with
+// skills in context, the reference policy's log-probs, or ℓold recomputed
+// by the trainer. Sequences are batched (longest first) within maxTokens
+// padded tokens per forward.
+func (m *Model) Rescore(seqs [][]int, maxTokens int) (out [][]float32, err error) {
+	if maxTokens < 2 {
+		return nil, fmt.Errorf("rescore: max tokens %d must be at least 2", maxTokens)
+	}
+	lens := make([]int, len(seqs))
+	for i, s := range seqs {
+		if len(s) < 2 {
+			return nil, fmt.Errorf("rescore: sequence %d has %d ids, need at least 2", i, len(s))
+		}
+		lens[i] = len(s) - 1
+	}
+	out = make([][]float32, len(seqs))
+	for _, mb := range microBatches(lens, maxTokens) {
+		width := 0
+		for _, i := range mb {
+			width = max(width, lens[i])
+		}
+		in := Input{IDs: make([][]int, len(mb)), Segments: make([][]int, len(mb))}
+		targets := make([][]int, len(mb))
+		for b, i := range mb {
+			in.IDs[b], in.Segments[b], targets[b] = make([]int, width), make([]int, width), make([]int, width)
+			for k := 0; k < width; k++ {
+				targets[b][k] = -1
+				if k < lens[i] {
+					in.IDs[b][k] = seqs[i][k]
+					in.Segments[b][k] = 1
+					targets[b][k] = seqs[i][k+1]
+				}
+			}
+		}
+		rows, err := m.TokenLogProbs(in, targets)
+		if err != nil {
+			return nil, fmt.Errorf("rescore: %w", err)
+		}
+		for b, i := range mb {
+			o := make([]float32, lens[i]+1)
+			copy(o[1:], rows[b][:lens[i]])
+			out[i] = o
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,340 @@
+package trainer
+
+import (
+	"errors"
+	"math"
+	"testing"
+)
+
+func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+
+// TestTermsAtHandComputed checks every loss piece and its derivative on
+// values worked out by hand.
+func TestTermsAtHandComputed(t *testing.T) {
+	cfg := DefaultRLConfig()
+	ln := math.Log
+	tests := []struct {
+		name                     string
+		lp, old, adv             float64
+		teacher, ref             *float64
+		grpo, dGRPO              float64
+		clipped                  bool
+		opd, dOPD, gate, kl, dKL float64
+	}{
+		{name: "ratio 1, A=1", lp: -1, old: -1, adv: 1, grpo: -1, dGRPO: -1},
+		{name: "ratio 1.5, A=1: clipped at 1.2", lp: -1 + ln(1.5), old: -1, adv: 1, grpo: -1.2, clipped: true},
+		{name: "ratio 0.5, A=-1: clipped at 0.8", lp: -1 + ln(0.5), old: -1, adv: -1, grpo: 0.8, clipped: true},
+		{name: "ratio 1.5, A=-1: unclipped (pessimistic)", lp: -1 + ln(1.5), old: -1, adv: -1, grpo: 1.5, dGRPO: 1.5},
+		{name: "ratio 0.5, A=1: unclipped", lp: -1 + ln(0.5), old: -1, adv: 1, grpo: -0.5, dGRPO: -0.5},
+		{name: "teacher endorses (Δ=0.5), A=0", lp: -1, old: -1, adv: 0, teacher: ptr(-0.5),
+			opd: sigmoid(2.5) * 0.5, dOPD: -sigmoid(2.5), gate: sigmoid(2.5)},
+		{name: "teacher rejects (Δ=-2), A=0", lp: -1, old: -1, adv: 0, teacher: ptr(-3),
+			opd: sigmoid(-10) * -2, dOPD: -sigmoid(-10), gate: sigmoid(-10)},
+		{name: "k3 KL, ρ=-0.2", lp: -1, old: -1, adv: 0, ref: ptr(-1.2),
+			kl: math.Exp(-0.2) + 0.2 - 1, dKL: 1 - math.Exp(-0.2)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &RLSequence{IDs: []int{0, 0}, Train: []bool{false, true}, Advantage: tc.adv, OldLogP: []float32{0, float32(tc.old)}}
+			if tc.teacher != nil {
+				s.TeacherLogP, s.Distill = []float32{0, float32(*tc.teacher)}, []bool{false, true}
+			}
+			if tc.ref != nil {
+				s.RefLogP = []float32{0, float32(*tc.ref)}
+			}
+			// float32 storage of ℓold/ℓᵀ/ℓref: compare at 1e-6.
+			got := termsAt(tc.lp, s, 1, cfg)
+			check := func(what string, got, want float64) {
+				if math.Abs(got-want) > 2e-6 {
+					t.Errorf("%s = %.7f, want %.7f", what, got, want)
+				}
+			}
+			check("grpo", got.grpo, tc.grpo)
+			check("dGRPO", got.dGRPO, tc.dGRPO)
+			check("opd", got.opd, tc.opd)
+			check("dOPD", got.dOPD, tc.dOPD)
+			check("gate", got.gate, tc.gate)
+			check("kl", got.kl, tc.kl)
+			check("dKL", got.dK, tc.dKL)
+			if got.clipped != tc.clipped {
+				t.Errorf("clipped = %v, want %v", got.clipped, tc.clipped)
+			}
+		})
+	}
+}
+
+func ptr(v float64) *float64 { return &v }
+
+// rlBatch makes rows over the tiny vocabulary whose second half is
+// "sampled"; ℓold is the model's own log-prob.
+func rlBatch(t *testing.T, m *Model, adv []float64) []RLSequence {
+	t.Helper()
+	rows := [][]int{{5, 17, 3, 88, 41, 9, 60, 12}, {7, 7, 12, 30, 2, 96, 4}, {11, 13, 15, 17, 19, 21}}
+	old, err := m.Rescore(rows, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []RLSequence
+	for i, ids := range rows {
+		train := make([]bool, len(ids))
+		for k := len(ids) / 2; k < len(ids); k++ {
+			train[k] = true
+		}
+		out = append(out, RLSequence{ID: string(rune('a' + i)), IDs: ids, Train: train, Advantage: adv[i], OldLogP: old[i]})
+	}
+	return out
+}
+
+// trainedLogProb sums the current log-probs of each row's trained tokens.
+func trainedLogProb(t *testing.T, m *Model, batch []RLSequence) []float64 {
+	t.Helper()
+	seqs := make([][]int, len(batch))
+	for i := range batch {
+		seqs[i] = batch[i].IDs
+	}
+	lp, err := m.Rescore(seqs, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float64, len(batch))
+	for i, s := range batch {
+		for k, tr := range s.Train {
+			if tr {
+				out[i] += float64(lp[i][k])
+			}
+		}
+	}
+	return out
+}
+
+func TestRLStepGRPODirections(t *testing.T) {
+	m, _ := newTiny(t, ArchQwen2, 11)
+	opt, _ := m.NewAdamW(1e-3, 0)
+	batch := rlBatch(t, m, []float64{1, -1, 0})
+	before := trainedLogProb(t, m, batch)
+	st, err := m.RLStep(opt, batch, DefaultRLConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := trainedLogProb(t, m, batch)
+	if after[0] <= before[0] || after[1] >= before[1] {
+		t.Errorf("A>0 row %.4f→%.4f (want up), A<0 row %.4f→%.4f (want down)", before[0], after[0], before[1], after[1])
+	}
+	if st.RatioMaxDev > 1e-4 || st.ClipFrac != 0 || st.Tokens != 4+4+3 || st.Sequences != 3 || st.Entropy <= 0 || st.GradNorm <= 0 {
+		t.Errorf("stats %+v", st)
+	}
+	// With ℓold = ℓθ the GRPO loss is −mean(A) over tokens.
+	if want := -(4*1.0 + 4*-1.0) / 11; math.Abs(st.GRPOLoss-want) > 1e-5 {
+		t.Errorf("grpo loss %v, want %v", st.GRPOLoss, want)
+	}
+}
+
+// withTeacher gives every trained token of every row a teacher log-prob
+// shifted by delta from the model's own.
+func withTeacher(batch []RLSequence, delta float64) []RLSequence {
+	out := make([]RLSequence, len(batch))
+	for i, s := range batch {
+		s.TeacherLogP = make([]float32, len(s.IDs))
+		s.Distill = make([]bool, len(s.IDs))
+		for k := range s.IDs {
+			if s.Train[k] {
+				s.TeacherLogP[k] = s.OldLogP[k] + float32(delta)
+				s.Distill[k] = true
+			}
+		}
+		out[i] = s
+	}
+	return out
+}
+
+func TestRLStepDistillationGainsWhereTeacherEndorses(t *testing.T) {
+	m, _ := newTiny(t, ArchQwen2, 12)
+	opt, _ := m.NewAdamW(1e-3, 0)
+	batch := withTeacher(rlBatch(t, m, []float64{0, 0, 0}), 1)
+	cfg := DefaultRLConfig()
+	cfg.Lambda = 1
+	before := trainedLogProb(t, m, batch)
+	st, err := m.RLStep(opt, batch, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := trainedLogProb(t, m, batch)
+	for i := range before {
+		if after[i] <= before[i] {
+			t.Errorf("row %d: Δ>0, A=0 tokens went %.4f → %.4f, want a gain", i, before[i], after[i])
+		}
+	}
+	if math.Abs(st.GateMean-sigmoid(5)) > 1e-4 || st.PositiveShift != 1 || math.Abs(st.MeanShift-1) > 1e-4 || st.DistillTokens != 11 {
+		t.Errorf("gate mean %v (want σ(5)=%v), positive shift %v, mean shift %v, distilled %d", st.GateMean, sigmoid(5), st.PositiveShift, st.MeanShift, st.DistillTokens)
+	}
+}
+
+// The OPD gradient is −g·∇ℓθ with g = σ(β·Δ) held constant: for one
+// distilled token it is g times the NLL gradient of that token. Were the
+// gate differentiated, the factor would be g + g(1−g)·β·Δ instead.
+func TestRLStepGateCarriesNoGradient(t *testing.T) {
+	for _, delta := range []float64{0.3, -0.4} {
+		m, _ := newTiny(t, ArchQwen2, 13)
+		ids := []int{5, 17, 3, 88}
+		old, _ := m.Rescore([][]int{ids}, 64)
+		s := RLSequence{ID: "one", IDs: ids, Train: []bool{false, false, false, true}, OldLogP: old[0],
+			TeacherLogP: []float32{0, 0, 0, old[0][3] + float32(delta)}, Distill: []bool{false, false, false, true}}
+		cfg := DefaultRLConfig()
+		cfg.Lambda, cfg.KLCoef, cfg.ClipNorm = 1, 0, 0
+		opt, _ := m.NewAdamW(0, 0) // lr 0: measure the gradient only
+		_ = opt
+		st, err := m.RLStep(opt, []RLSequence{s}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.NLLBackward(Input{IDs: [][]int{ids[:3]}}, [][]int{{-1, -1, 88}}); err != nil {
+			t.Fatal(err)
+		}
+		nll, _ := opt.GradNorm()
+		m.ZeroGrad()
+		g := sigmoid(5 * delta)
+		if ratio := st.GradNorm / nll; math.Abs(ratio-g) > 1e-4*g {
+			t.Errorf("Δ=%v: OPD/NLL gradient ratio %.6f, want σ(βΔ)=%.6f (differentiated gate: %.6f)", delta, ratio, g, g+g*(1-g)*5*delta)
+		}
+	}
+}
+
+func TestRLStepLambdaZeroIsGRPO(t *testing.T) {
+	run := func(lambda float64, teacher bool) float64 {
+		m, _ := newTiny(t, ArchQwen2, 14)
+		opt, _ := m.NewAdamW(1e-2, 0.01)
+		batch := rlBatch(t, m, []float64{0.7, -1.2, 0.5})
+		if teacher {
+			batch = withTeacher(batch, 0.8)
+		}
+		cfg := DefaultRLConfig()
+		cfg.Lambda = lambda
+		if _, err := m.RLStep(opt, batch, cfg); err != nil {
+			t.Fatal(err)
+		}
+		sum, _ := m.ParamChecksum()
+		return sum
+	}
+	grpo := run(0, false)
+	if got := run(0, true); got != grpo {
+		t.Errorf("λ=0 with teacher log-probs: checksum %v, GRPO alone %v (want identical)", got, grpo)
+	}
+	if got := run(0.5, true); got == grpo {
+		t.Error("λ=0.5 gave the GRPO update exactly")
+	}
+}
+
+func TestRLStepMicroBatchesAccumulate(t *testing.T) {
+	run := func(mbTokens int) (float64, RLStats) {
+		m, _ := newTiny(t, ArchQwen2, 15)
+		opt, _ := m.NewAdamW(1e-2, 0)
+		batch := withTeacher(rlBatch(t, m, []float64{0.7, -1.2, 0.5}), -0.3)
+		cfg := DefaultRLConfig()
+		cfg.Lambda, cfg.MicroBatchTokens = 0.5, mbTokens
+		st, err := m.RLStep(opt, batch, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, _ := m.ParamChecksum()
+		return sum, st
+	}
+	one, st1 := run(1024)
+	many, st3 := run(8)
+	if st1.MicroBatches != 1 || st3.MicroBatches != 3 {
+		t.Fatalf("micro-batches %d and %d, want 1 and 3", st1.MicroBatches, st3.MicroBatches)
+	}
+	if math.Abs(one-many) > 1e-5*math.Abs(one) || math.Abs(st1.Loss-st3.Loss) > 1e-6 || math.Abs(st1.GradNorm-st3.GradNorm) > 1e-5*st1.GradNorm {
+		t.Errorf("one micro-batch: checksum %v loss %v norm %v; three: %v %v %v", one, st1.Loss, st1.GradNorm, many, st3.Loss, st3.GradNorm)
+	}
+}
+
+func TestRLStepRefusesNonFinite(t *testing.T) {
+	m, _ := newTiny(t, ArchQwen2, 16)
+	opt, _ := m.NewAdamW(1e-2, 0)
+	before, _ := m.ParamChecksum()
+	batch := rlBatch(t, m, []float64{1, -1, 0})
+	batch[1].OldLogP[5] = float32(math.Inf(-1)) // r = +Inf
+	_, err := m.RLStep(opt, batch, DefaultRLConfig())
+	if !errors.Is(err, ErrNonFinite) {
+		t.Fatalf("step with an infinite ratio: %v, want ErrNonFinite", err)
+	}
+	if after, _ := m.ParamChecksum(); after != before {
+		t.Error("a refused step changed the weights")
+	}
+	batch = rlBatch(t, m, []float64{1, -1, 0})
+	if _, err := m.RLStep(opt, batch, DefaultRLConfig()); err != nil {
+		t.Fatalf("the next finite step: %v", err)
+	}
+}
+
+func TestRLStepRejectsBadRows(t *testing.T) {
+	m, _ := newTiny(t, ArchQwen2, 17)
+	opt, _ := m.NewAdamW(1e-2, 0)
+	good := func() RLSequence {
+		return RLSequence{ID: "r", IDs: []int{1, 2, 3}, Train: []bool{false, true, true}, OldLogP: []float32{0, -1, -1}}
+	}
+	tests := []struct {
+		name string
+		edit func(*RLSequence)
+	}{
+		{"short train mask", func(s *RLSequence) { s.Train = s.Train[:2] }},
+		{"token 0 trained", func(s *RLSequence) { s.Train[0] = true }},
+		{"id outside vocabulary", func(s *RLSequence) { s.IDs[2] = 500 }},
+		{"distill without teacher", func(s *RLSequence) { s.Distill = []bool{false, true, true} }},
+		{"distilled but not trained", func(s *RLSequence) {
+			s.Train[1] = false
+			s.Distill, s.TeacherLogP = []bool{false, true, true}, []float32{0, 0, 0}
+		}},
+		{"NaN advantage", func(s *RLSequence) { s.Advantage = math.NaN() }},
+	}
+	for _, tc := range tests {
+		s := good()
+		tc.edit(&s)
+		if _, err := m.RLStep(opt, []RLSequence{s}, DefaultRLConfig()); err == nil {
+			t.Errorf("%s: accepted", tc.name)
+		}
+	}
+}
+
+func TestRescoreMatchesUnbatched(t *testing.T) {
+	m, _ := newTiny(t, ArchQwen2, 18)
+	seqs := [][]int{{5, 17, 3, 88, 41, 9, 60}, {7, 7}, {12, 30, 2, 96, 4}}
+	batched, err := m.Rescore(seqs, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range seqs {
+		one, err := m.Rescore([][]int{s}, 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(one[0]) != len(s) || one[0][0] != 0 {
+			t.Fatalf("row %d: %d log-probs, first %v", i, len(one[0]), one[0][0])
+		}
+		for k := range s {
+			if d := math.Abs(float64(one[0][k] - batched[i][k])); d > 1e-5 {
+				t.Errorf("row %d pos %d: batched %v, alone %v", i, k, batched[i][k], one[0][k])
+			}
+		}
+	}
+}
+
+func TestRLConfigValidate(t *testing.T) {
+	bad := []func(*RLConfig){
+		func(c *RLConfig) { c.ClipEps = 0 },
+		func(c *RLConfig) { c.Lambda = -1 },
+		func(c *RLConfig) { c.Beta = 0 },
+		func(c *RLConfig) { c.KLCoef = -0.1 },
+		func(c *RLConfig) { c.MicroBatchTokens = 1 },
+	}
+	for i, f := range bad {
+		c := DefaultRLConfig()
+		f(&c)
+		if c.Validate() == nil {
+			t.Errorf("case %d accepted", i)
+		}
+	}
+	if err := DefaultRLConfig().Validate(); err != nil {
+		t.Error(err)
+	}
+}
