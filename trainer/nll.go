@@ -13,6 +13,12 @@ import (
 // the core of SFT; call ZeroGrad between optimizer steps. A non-finite loss
 // is returned as an error before any gradient is accumulated.
 func (m *Model) NLLBackward(in Input, targets [][]int) (loss float64, err error) {
+	return m.nllBackward(in, targets, 0)
+}
+
+// nllBackward is NLLBackward with the sum divided by denom (0: the number
+// of unmasked targets), for gradient accumulation across micro-batches.
+func (m *Model) nllBackward(in Input, targets [][]int, denom int) (loss float64, err error) {
 	defer guard(&err, "NLL step")
 	n := 0
 	for _, row := range targets {
@@ -25,9 +31,12 @@ func (m *Model) NLLBackward(in Input, targets [][]int) (loss float64, err error)
 	if n == 0 {
 		return 0, fmt.Errorf("NLL step: no unmasked target tokens")
 	}
+	if denom == 0 {
+		denom = n
+	}
 	lp := m.tokenLogProbsT(in, targets)
 	sum := must(lp.Sum(gotch.Float, true))
-	l := mulScalar(sum, -1/float64(n), true)
+	l := mulScalar(sum, -1/float64(denom), true)
 	defer drop(l)
 	loss = scalarFloat(l)
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime/debug"
+	"sort"
 	"time"
 
 	"github.com/sugarme/gotch"
@@ -108,6 +109,13 @@ type SFTConfig struct {
 	Seed        uint64
 	// MaxRefusals stops training after this many non-finite steps in a row.
 	MaxRefusals int
+	// MicroBatchTokens bounds the padded tokens of one forward/backward;
+	// a step's gradients accumulate over its micro-batches (0: one
+	// micro-batch per step).
+	MicroBatchTokens int `json:",omitempty"`
+	// Pack puts several short examples into one row (each attends only to
+	// itself, positions restart), so little compute goes to padding.
+	Pack bool `json:",omitempty"`
 }
 
 // DefaultSFTConfig suits tiny models on CPU.
@@ -126,6 +134,8 @@ func (c SFTConfig) Validate() error {
 		return fmt.Errorf("sft config: lr %v must be positive, min_lr_frac and warmup_frac in [0, 1)", c.LR)
 	case c.MaxRefusals < 1:
 		return fmt.Errorf("sft config: max_refusals %d must be at least 1", c.MaxRefusals)
+	case c.MicroBatchTokens < 0 || (c.MicroBatchTokens > 0 && c.MicroBatchTokens < c.MaxLen):
+		return fmt.Errorf("sft config: micro_batch_tokens %d must be 0 or at least max_len (%d)", c.MicroBatchTokens, c.MaxLen)
 	}
 	return nil
 }
@@ -212,8 +222,7 @@ func TrainSFT(ctx context.Context, m *Model, data []SFTExample, cfg SFTConfig, p
 		quiesceGC()
 		lr := cfg.lrAt(step, len(plan))
 		opt.SetLR(lr)
-		in, targets, n := sftBatch(data, batch)
-		loss, err := m.NLLBackward(in, targets)
+		loss, err := cfg.accumulate(m, data, batch)
 		var norm float64
 		if err == nil {
 			norm, err = opt.Step(cfg.ClipNorm)
@@ -231,7 +240,7 @@ func TrainSFT(ctx context.Context, m *Model, data []SFTExample, cfg SFTConfig, p
 			continue
 		}
 		refusals = 0
-		tokens += n
+		tokens += countTrained(data, batch)
 		if progress != nil {
 			progress(SFTProgress{Step: step + 1, Steps: len(plan), Loss: loss, GradNorm: norm, LR: lr, Tokens: tokens, Elapsed: time.Since(start)})
 		}
@@ -239,28 +248,132 @@ func TrainSFT(ctx context.Context, m *Model, data []SFTExample, cfg SFTConfig, p
 	return nil
 }
 
-func sftBatch(data []SFTExample, batch []int) (Input, [][]int, int) {
-	maxLen := 0
-	for _, i := range batch {
-		maxLen = max(maxLen, len(data[i].IDs)-1)
-	}
-	in := Input{IDs: make([][]int, len(batch)), Segments: make([][]int, len(batch))}
-	targets := make([][]int, len(batch))
+func countTrained(data []SFTExample, batch []int) int {
 	n := 0
-	for b, i := range batch {
-		ex := data[i]
-		in.IDs[b] = make([]int, maxLen)
-		in.Segments[b] = make([]int, maxLen)
-		targets[b] = make([]int, maxLen)
-		for k := 0; k < maxLen; k++ {
+	for _, i := range batch {
+		for _, l := range data[i].Loss[1:] {
+			if l {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// accumulate runs one step's forward/backward passes: the batch's examples
+// split into micro-batches (packed into rows when Pack), each gradient
+// scaled by the whole step's trained-token count, so the accumulated
+// gradient is that of the step's mean NLL. It returns that mean.
+func (c SFTConfig) accumulate(m *Model, data []SFTExample, batch []int) (float64, error) {
+	total := countTrained(data, batch)
+	if total == 0 {
+		return 0, fmt.Errorf("sft: a batch of %d examples has no trained tokens", len(batch))
+	}
+	limit := c.MicroBatchTokens
+	if limit == 0 {
+		limit = c.BatchTokens
+	}
+	var rows [][]int // example indices per row
+	if c.Pack {
+		rows = packRows(data, batch, c.MaxLen)
+	} else {
+		for _, i := range batch {
+			rows = append(rows, []int{i})
+		}
+	}
+	loss := 0.0
+	var cur [][]int
+	width := 0
+	flush := func() error {
+		if len(cur) == 0 {
+			return nil
+		}
+		in, targets, n := sftRows(data, cur)
+		if n > 0 {
+			l, err := m.nllBackward(in, targets, total)
+			if err != nil {
+				return err
+			}
+			loss += l
+		}
+		cur, width = nil, 0
+		return nil
+	}
+	for _, r := range rows {
+		l := rowLen(data, r)
+		if len(cur) > 0 && (len(cur)+1)*max(width, l) > limit {
+			if err := flush(); err != nil {
+				return loss, err
+			}
+		}
+		cur = append(cur, r)
+		width = max(width, l)
+	}
+	return loss, flush()
+}
+
+// rowLen is the input length of a row holding the given examples.
+func rowLen(data []SFTExample, row []int) int {
+	n := 0
+	for _, i := range row {
+		n += len(data[i].IDs) - 1
+	}
+	return n
+}
+
+// packRows fills rows of at most maxLen input tokens first-fit, longest
+// examples first.
+func packRows(data []SFTExample, batch []int, maxLen int) [][]int {
+	order := append([]int(nil), batch...)
+	sort.SliceStable(order, func(a, b int) bool { return len(data[order[a]].IDs) > len(data[order[b]].IDs) })
+	var rows [][]int
+	var used []int
+	for _, i := range order {
+		l := len(data[i].IDs) - 1
+		placed := false
+		for r := range rows {
+			if used[r]+l <= maxLen {
+				rows[r] = append(rows[r], i)
+				used[r] += l
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			rows = append(rows, []int{i})
+			used = append(used, l)
+		}
+	}
+	return rows
+}
+
+// sftRows builds the model input for rows of (packed) examples: each
+// example is its own segment with positions from 0.
+func sftRows(data []SFTExample, rows [][]int) (Input, [][]int, int) {
+	width := 0
+	for _, r := range rows {
+		width = max(width, rowLen(data, r))
+	}
+	in := Input{IDs: make([][]int, len(rows)), Segments: make([][]int, len(rows)), Positions: make([][]int, len(rows))}
+	targets := make([][]int, len(rows))
+	n := 0
+	for b, r := range rows {
+		in.IDs[b], in.Segments[b], in.Positions[b], targets[b] = make([]int, width), make([]int, width), make([]int, width), make([]int, width)
+		for k := range targets[b] {
 			targets[b][k] = -1
-			if k < len(ex.IDs)-1 {
-				in.IDs[b][k] = ex.IDs[k]
-				in.Segments[b][k] = 1
+		}
+		at := 0
+		for seg, i := range r {
+			ex := data[i]
+			for k := 0; k < len(ex.IDs)-1; k++ {
+				in.IDs[b][at] = ex.IDs[k]
+				in.Segments[b][at] = seg + 1
+				in.Positions[b][at] = k
 				if ex.Loss[k+1] {
-					targets[b][k] = ex.IDs[k+1]
+					targets[b][at] = ex.IDs[k+1]
 					n++
 				}
+				at++
 			}
 		}
 	}

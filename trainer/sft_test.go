@@ -129,3 +129,35 @@ func TestSFTConfigValidate(t *testing.T) {
 		t.Error("a one-token example accepted")
 	}
 }
+
+// Packing several examples per row and splitting a step into micro-batches
+// must give the same loss and gradient as one padded batch.
+func TestSFTPackingAndAccumulationMatchPlainBatch(t *testing.T) {
+	data := copyTask(12, 4)
+	batch := make([]int, len(data))
+	for i := range batch {
+		batch[i] = i
+	}
+	grad := func(cfg SFTConfig) (float64, float64) {
+		m, _ := newTiny(t, ArchQwen2, 21)
+		opt, _ := m.NewAdamW(1e-3, 0)
+		loss, err := cfg.accumulate(m, data, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		norm, _ := opt.GradNorm()
+		return loss, norm
+	}
+	plain := DefaultSFTConfig()
+	plain.BatchTokens, plain.MaxLen = 4096, 32
+	l0, n0 := grad(plain)
+	packed := plain
+	packed.Pack, packed.MicroBatchTokens = true, 32
+	l1, n1 := grad(packed)
+	if math.Abs(l0-l1) > 1e-5 || math.Abs(n0-n1) > 1e-5*n0 {
+		t.Errorf("plain batch: loss %v grad norm %v; packed in micro-batches: %v %v", l0, n0, l1, n1)
+	}
+	if rows := packRows(data, batch, 32); len(rows) >= len(data) {
+		t.Errorf("packing made %d rows for %d examples", len(rows), len(data))
+	}
+}
