@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"time"
 
@@ -243,6 +244,9 @@ func (m *Model) RLStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLS
 		}
 	}()
 	defer guard(&err, "rl step")
+	// As in TrainSFT: no finalizer may run while libtorch computes.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	quiesceGC()
 	var sumEnt, sumGate, sumDelta float64
 	var clipN, posN int
 	for _, mb := range microBatches(lens, cfg.MicroBatchTokens) {

@@ -11,31 +11,10 @@ import (
 	"time"
 
 	"github.com/sugarme/gotch"
-	"github.com/sugarme/gotch/nn"
 )
 
 // ErrNonFinite means a loss or gradient was NaN or Inf; the step was refused.
 var ErrNonFinite = errors.New("non-finite loss or gradient")
-
-// Optimizer is AdamW over a model's parameters (libtorch's implementation),
-// with gradient-norm clipping and a refusal of non-finite steps.
-type Optimizer struct {
-	m   *Model
-	opt *nn.Optimizer
-}
-
-// NewAdamW builds an AdamW optimizer for m.
-func (m *Model) NewAdamW(lr, weightDecay float64) (*Optimizer, error) {
-	cfg := nn.NewAdamWConfig(0.9, 0.999, weightDecay)
-	o, err := cfg.Build(m.vs, lr)
-	if err != nil {
-		return nil, fmt.Errorf("building AdamW: %w", err)
-	}
-	return &Optimizer{m: m, opt: o}, nil
-}
-
-// SetLR changes the learning rate.
-func (o *Optimizer) SetLR(lr float64) { o.opt.SetLR(lr) }
 
 // GradNorm is the global L2 norm of the accumulated gradients.
 func (o *Optimizer) GradNorm() (norm float64, err error) {
@@ -84,7 +63,7 @@ func (o *Optimizer) Step(maxNorm float64) (norm float64, err error) {
 			}
 		})
 	}
-	must0(o.opt.Step())
+	o.adamStep()
 	o.m.ZeroGrad()
 	return norm, nil
 }

@@ -1,0 +1,154 @@
+package trainer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+
+	"github.com/sugarme/gotch/ts"
+)
+
+// OptimizerStateFile is the name SaveState writes in a checkpoint folder.
+const OptimizerStateFile = "optimizer.safetensors"
+
+// Optimizer is AdamW over a model's parameters (decoupled weight decay, bias
+// correction, the same update as torch.optim.AdamW), with gradient-norm
+// clipping, a refusal of non-finite steps, and state that can be saved and
+// restored so a resumed run continues exactly.
+type Optimizer struct {
+	m                 *Model
+	lr, wd            float64
+	beta1, beta2, eps float64
+	step              int64
+	exp, expSq        []*ts.Tensor // first and second moments, per parameter
+}
+
+// NewAdamW builds an AdamW optimizer for m (β = 0.9, 0.999, ε = 1e-8).
+func (m *Model) NewAdamW(lr, weightDecay float64) (*Optimizer, error) {
+	if lr < 0 || weightDecay < 0 || math.IsNaN(lr) || math.IsNaN(weightDecay) {
+		return nil, fmt.Errorf("building AdamW: lr %v and weight decay %v must be >= 0", lr, weightDecay)
+	}
+	o := &Optimizer{m: m, lr: lr, wd: weightDecay, beta1: 0.9, beta2: 0.999, eps: 1e-8}
+	var err error
+	func() {
+		defer guard(&err, "building AdamW")
+		for _, p := range m.params {
+			o.exp = append(o.exp, must(p.t.ZerosLike(false)))
+			o.expSq = append(o.expSq, must(p.t.ZerosLike(false)))
+		}
+	}()
+	return o, err
+}
+
+// SetLR changes the learning rate.
+func (o *Optimizer) SetLR(lr float64) { o.lr = lr }
+
+// Steps is the number of updates applied so far.
+func (o *Optimizer) Steps() int64 { return o.step }
+
+// adamStep applies one AdamW update from the parameters' gradients.
+func (o *Optimizer) adamStep() {
+	o.step++
+	bc1 := 1 - math.Pow(o.beta1, float64(o.step))
+	bc2 := 1 - math.Pow(o.beta2, float64(o.step))
+	withoutGrad(func() {
+		for i, p := range o.m.params {
+			g := must(p.t.Grad(false))
+			if !g.MustDefined() {
+				drop(g)
+				continue
+			}
+			if o.wd > 0 {
+				s := ts.FloatScalar(1 - o.lr*o.wd)
+				must0(p.t.MulScalar_(s))
+				runtime.KeepAlive(s)
+			}
+			m, v := o.exp[i], o.expSq[i]
+			nm := must(mulScalar(m, o.beta1, false).Add(mulScalar(g, 1-o.beta1, false), true))
+			g2 := must(g.Square(false))
+			nv := must(mulScalar(v, o.beta2, false).Add(mulScalar(g2, 1-o.beta2, true), true))
+			m.Copy_(nm)
+			v.Copy_(nv)
+			denom := addScalar(mulScalar(must(v.Sqrt(false)), 1/math.Sqrt(bc2), true), o.eps, true)
+			upd := mulScalar(must(m.Div(denom, false)), o.lr/bc1, true)
+			must0(p.t.Sub_(upd))
+			runtime.KeepAlive(p.t)
+			drop(nm, nv, g2, denom, upd, g)
+		}
+	})
+}
+
+type optimizerMeta struct {
+	Step  int64   `json:"step"`
+	LR    float64 `json:"lr"`
+	WD    float64 `json:"weight_decay"`
+	Beta1 float64 `json:"beta1"`
+	Beta2 float64 `json:"beta2"`
+	Eps   float64 `json:"eps"`
+}
+
+// SaveState writes the moments and step count to dir/optimizer.safetensors
+// (atomically), next to a checkpoint saved by Model.Save.
+func (o *Optimizer) SaveState(dir string) (err error) {
+	defer guard(&err, "saving optimizer state")
+	var tensors []stTensor
+	for i, p := range o.m.params {
+		for _, mom := range []struct {
+			suffix string
+			t      *ts.Tensor
+		}{{".exp_avg", o.exp[i]}, {".exp_avg_sq", o.expSq[i]}} {
+			tensors = append(tensors, stTensor{name: p.name + mom.suffix, dtype: "F32", shape: p.shape, data: tensorBytes(mom.t, "F32")})
+		}
+	}
+	mb, _ := json.Marshal(optimizerMeta{o.step, o.lr, o.wd, o.beta1, o.beta2, o.eps})
+	meta := map[string]string{"optimizer": "adamw", "state": string(mb), "step": strconv.FormatInt(o.step, 10)}
+	tmp := filepath.Join(dir, "."+OptimizerStateFile+".tmp")
+	if err := writeShard(tmp, tensors, meta); err != nil {
+		return fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	return os.Rename(tmp, filepath.Join(dir, OptimizerStateFile))
+}
+
+// LoadState restores what SaveState wrote in dir. A missing file is an
+// error wrapping os.ErrNotExist.
+func (o *Optimizer) LoadState(dir string) (err error) {
+	path := filepath.Join(dir, OptimizerStateFile)
+	f, err := openSafetensors(path)
+	if err != nil {
+		return fmt.Errorf("loading optimizer state: %w", err)
+	}
+	defer f.Close()
+	var meta optimizerMeta
+	if err := json.Unmarshal([]byte(f.meta["state"]), &meta); err != nil || f.meta["optimizer"] != "adamw" {
+		return fmt.Errorf("loading optimizer state: %s: not an AdamW state (%v): %w", path, err, ErrCheckpoint)
+	}
+	defer guard(&err, "loading optimizer state")
+	for i, p := range o.m.params {
+		for _, mom := range []struct {
+			suffix string
+			t      *ts.Tensor
+		}{{".exp_avg", o.exp[i]}, {".exp_avg_sq", o.expSq[i]}} {
+			b, e, err := f.read(p.name + mom.suffix)
+			if err != nil {
+				return fmt.Errorf("loading optimizer state: %w", err)
+			}
+			if e.DType != "F32" || !equalShape(e.Shape, p.shape) {
+				return fmt.Errorf("loading optimizer state: %s: %s%s is %s %v, want F32 %v: %w", path, p.name, mom.suffix, e.DType, e.Shape, p.shape, ErrCheckpoint)
+			}
+			src := must(tensorFromBytes(b, "F32", p.shape).To(o.m.device, true))
+			c := must(src.Totype(mom.t.DType(), true))
+			withoutGrad(func() { mom.t.Copy_(c) })
+			drop(c)
+		}
+	}
+	if meta.Beta1 <= 0 || meta.Beta2 <= 0 {
+		return errors.New("loading optimizer state: bad betas")
+	}
+	o.step, o.lr, o.wd, o.beta1, o.beta2, o.eps = meta.Step, meta.LR, meta.WD, meta.Beta1, meta.Beta2, meta.Eps
+	return nil
+}
