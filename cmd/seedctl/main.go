@@ -73,6 +73,8 @@ func newApp() *cli.App {
 			collectCommand(),
 			analyzeCommand(),
 			evalCommand(),
+			runCommand(),
+			configCommand(),
 		},
 	}
 }

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/seedctl/seedctl/orchestrator"
+	"github.com/seedctl/seedctl/trainer"
+)
+
+// gotchLearner is the orchestrator's Learner over the trainer.
+type gotchLearner struct {
+	m, ref  *trainer.Model
+	opt     *trainer.Optimizer
+	rl      trainer.RLConfig
+	tokFrom string
+	maxTok  int
+	wd      float64
+}
+
+func newLearner(device string) orchestrator.LearnerFactory {
+	return func(spec orchestrator.LearnerSpec) (orchestrator.Learner, error) {
+		mo := trainer.ModelOptions{Device: device}
+		m, err := trainer.LoadCheckpoint(spec.Policy, mo)
+		if err != nil {
+			return nil, fmt.Errorf("loading the policy: %w", err)
+		}
+		l := &gotchLearner{m: m, tokFrom: spec.Policy, maxTok: max(spec.RL.MicroBatchTokens, 2), wd: spec.RL.WeightDecay}
+		l.rl = trainer.RLConfig{ClipEps: spec.RL.ClipEps, Lambda: spec.RL.Lambda, Beta: spec.RL.Beta, KLCoef: spec.RL.KLCoef, MicroBatchTokens: spec.RL.MicroBatchTokens, ClipNorm: spec.RL.ClipNorm}
+		if l.opt, err = m.NewAdamW(spec.RL.LR, spec.RL.WeightDecay); err != nil {
+			m.Close()
+			return nil, err
+		}
+		if _, err := os.Stat(filepath.Join(spec.Policy, trainer.OptimizerStateFile)); err == nil {
+			if err := l.opt.LoadState(spec.Policy); err != nil {
+				m.Close()
+				return nil, err
+			}
+			l.opt.SetLR(spec.RL.LR)
+		}
+		if spec.RL.KLCoef > 0 {
+			if l.ref, err = trainer.LoadCheckpoint(spec.Reference, mo); err != nil {
+				m.Close()
+				return nil, fmt.Errorf("loading the reference policy: %w", err)
+			}
+		}
+		return l, nil
+	}
+}
+
+func (l *gotchLearner) Rescore(ctx context.Context, seqs [][]int) ([][]float32, error) {
+	return l.m.Rescore(seqs, l.maxTok)
+}
+
+func (l *gotchLearner) RescoreRef(ctx context.Context, seqs [][]int) ([][]float32, error) {
+	if l.ref == nil {
+		return nil, errors.New("no reference policy loaded (kl_coef is 0)")
+	}
+	return l.ref.Rescore(seqs, l.maxTok)
+}
+
+func (l *gotchLearner) Step(ctx context.Context, rows []orchestrator.Row) (orchestrator.StepStats, error) {
+	batch := make([]trainer.RLSequence, len(rows))
+	for i, r := range rows {
+		batch[i] = trainer.RLSequence{ID: r.ID, IDs: r.IDs, Train: r.Train, Advantage: r.Advantage, OldLogP: r.OldLogP, RefLogP: r.RefLogP, TeacherLogP: r.TeacherLogP, Distill: r.Distill}
+	}
+	st, err := l.m.RLStep(l.opt, batch, l.rl)
+	if errors.Is(err, trainer.ErrNonFinite) {
+		return nil, &orchestrator.RefusedError{Err: err}
+	}
+	if err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(st)
+	out := orchestrator.StepStats{}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+	out["elapsed_s"] = st.Elapsed.Seconds()
+	delete(out, "elapsed_ns")
+	return out, nil
+}
+
+func (l *gotchLearner) SFT(ctx context.Context, data []orchestrator.SFTExample, o orchestrator.SFTOptions, progress func(step, steps int, loss float64)) error {
+	ex := make([]trainer.SFTExample, len(data))
+	for i, d := range data {
+		ex[i] = trainer.SFTExample{IDs: d.IDs, Loss: d.Loss}
+	}
+	cfg := trainer.DefaultSFTConfig()
+	cfg.Epochs, cfg.LR, cfg.BatchTokens, cfg.MicroBatchTokens, cfg.MaxLen, cfg.Seed = o.Epochs, o.LR, o.BatchTokens, o.MicroBatchTokens, o.MaxLen, o.Seed
+	cfg.Pack = true
+	return trainer.TrainSFT(ctx, l.m, ex, cfg, func(p trainer.SFTProgress) {
+		if progress != nil {
+			progress(p.Step, p.Steps, p.Loss)
+		}
+	})
+}
+
+func (l *gotchLearner) Save(ctx context.Context, dir string) error {
+	err := l.m.Save(dir, trainer.SaveOptions{TokenizerFrom: l.tokFrom, WriteExtra: func(tmp string) error {
+		for _, f := range []string{"recipe.json"} {
+			if b, err := os.ReadFile(filepath.Join(l.tokFrom, f)); err == nil {
+				if err := os.WriteFile(filepath.Join(tmp, f), b, 0o644); err != nil {
+					return err
+				}
+			}
+		}
+		return l.opt.SaveState(tmp)
+	}})
+	if err != nil {
+		return fmt.Errorf("saving checkpoint %s: %w", dir, err)
+	}
+	l.tokFrom = dir
+	return nil
+}
+
+func (l *gotchLearner) Close() {
+	l.m.Close()
+	if l.ref != nil {
+		l.ref.Close()
+	}
+}

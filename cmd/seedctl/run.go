@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/urfave/cli/v2"
+
+	"github.com/seedctl/seedctl/basemodel"
+	"github.com/seedctl/seedctl/inference"
+	"github.com/seedctl/seedctl/inference/server"
+	"github.com/seedctl/seedctl/orchestrator"
+)
+
+// openBackendFor makes the orchestrator's backend opener for a config.
+func openBackendFor(cfg orchestrator.BackendConfig, retryFor time.Duration, log zerolog.Logger) func(ctx context.Context, dir string) (inference.Backend, error) {
+	return func(ctx context.Context, dir string) (inference.Backend, error) {
+		ic := inference.DefaultConfig(cfg.Kind)
+		ic.BaseURL, ic.Model, ic.APIKeyEnv = cfg.BaseURL, cfg.Model, cfg.APIKeyEnv
+		if cfg.MaxInFlight > 0 {
+			ic.MaxInFlight = cfg.MaxInFlight
+		}
+		if retryFor > 0 {
+			ic.RetryFor = retryFor
+		}
+		if cfg.VLLMPublish != "" {
+			ic.VLLMPublish = cfg.VLLMPublish
+		}
+		ic.Colocated = cfg.Colocated
+		switch {
+		case cfg.Kind == "embedded":
+			scfg := server.DefaultConfig(dir)
+			scfg.MaxModelLen = 16384
+			return inference.NewEmbedded(ctx, scfg, ic, log)
+		case len(cfg.Launch) > 0:
+			ic.ServedDir = dir
+			return inference.Launch(ctx, inference.LaunchSpec{Command: cfg.Launch[0], ModelDir: dir, ExtraArgs: cfg.Launch[1:]}, ic, log)
+		default:
+			ic.ServedDir = dir
+			return inference.NewRemote(ic, log)
+		}
+	}
+}
+
+// defaultRunConfig is the embedded default: the bootstrapped household
+// base model (built on first use), embedded server, oracle stage 1.
+func defaultRunConfig(c *cli.Context, log zerolog.Logger) (orchestrator.Config, error) {
+	cfg := orchestrator.Default()
+	if c.String("model") != "" {
+		cfg.Model = c.String("model")
+		return cfg, nil
+	}
+	r, err := basemodel.DefaultRecipe("household", "tiny")
+	if err != nil {
+		return cfg, err
+	}
+	dir, built, err := basemodel.Ensure(c.Context, r, "", log, stageProgress(c.App.ErrWriter))
+	if err != nil {
+		return cfg, fmt.Errorf("bootstrapping the base model: %w", err)
+	}
+	if built {
+		fmt.Fprintf(c.App.Writer, "built the household base model at %s\n", dir)
+	}
+	cfg.Model = dir
+	cfg.Rollout.Mode, cfg.Rollout.Window = r.Mode, r.Window
+	return cfg, nil
+}
+
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "run",
+		Usage: "train with SEED (or a baseline): stage-1 skill SFT, then stage-2 iterations; with no flags, the embedded default on CPU",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Usage: "JSON run config (see configs/); default: the embedded default"},
+			&cli.StringFlag{Name: "resume", Usage: "continue the run in this directory from its last finished iteration"},
+			&cli.StringFlag{Name: "algo", Usage: "seed, grpo, static-skill, random-skill or seed-no-sft"},
+			&cli.StringFlag{Name: "name", Usage: "run name (folder under runs_dir)"},
+			&cli.StringFlag{Name: "runs-dir", Usage: "where run folders go"},
+			&cli.StringFlag{Name: "model", Usage: "base policy checkpoint (default: the bootstrapped tiny household model)"},
+			&cli.IntFlag{Name: "iterations", Usage: "stage-2 iterations"},
+			&cli.IntFlag{Name: "tasks", Usage: "tasks per iteration (B)"},
+			&cli.IntFlag{Name: "group", Usage: "trajectories per task (G)"},
+			&cli.Float64Flag{Name: "data-share", Usage: "share of training tasks used, in (0, 1]"},
+			&cli.Int64Flag{Name: "seed"},
+			&cli.IntFlag{Name: "eval-episodes", Usage: "tasks per eval split"},
+			&cli.IntFlag{Name: "stage1-episodes", Usage: "trajectories analyzed for stage 1"},
+			&cli.Float64Flag{Name: "lr", Usage: "stage-2 learning rate"},
+			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "trainer device: cpu or cuda"},
+		},
+		Action: func(c *cli.Context) error {
+			log := logger(c)
+			deps := orchestrator.Deps{NewLearner: newLearner(c.String("device")), Log: log, Progress: c.App.ErrWriter}
+			if dir := c.String("resume"); dir != "" {
+				cfg, err := orchestrator.Load(filepath.Join(dir, "config.json"))
+				if err != nil {
+					return cli.Exit("run --resume: "+err.Error(), 2)
+				}
+				deps.OpenBackend = openBackendFor(cfg.Backend, time.Duration(cfg.RetryFor), log)
+				res, err := orchestrator.Resume(c.Context, dir, deps)
+				return reportRun(c, res, err)
+			}
+			var cfg orchestrator.Config
+			var err error
+			if f := c.String("config"); f != "" {
+				if cfg, err = orchestrator.Load(f); err != nil {
+					return cli.Exit("run: "+err.Error(), 2)
+				}
+				if c.String("model") != "" {
+					cfg.Model = c.String("model")
+				}
+			} else if cfg, err = defaultRunConfig(c, log); err != nil {
+				return cli.Exit("run: "+err.Error(), 1)
+			}
+			applyRunFlags(c, &cfg)
+			if err := cfg.Validate(); err != nil {
+				return cli.Exit("run: "+err.Error(), 2)
+			}
+			deps.OpenBackend = openBackendFor(cfg.Backend, time.Duration(cfg.RetryFor), log)
+			res, err := orchestrator.Start(c.Context, cfg, deps)
+			return reportRun(c, res, err)
+		},
+	}
+}
+
+func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) {
+	if v := c.String("algo"); v != "" {
+		cfg.Algo = v
+	}
+	if v := c.String("name"); v != "" {
+		cfg.Name = v
+	} else if c.String("config") == "" {
+		cfg.Name = fmt.Sprintf("%s-%s-%s", cfg.Env.Name, cfg.Algo, time.Now().Format("20060102-150405"))
+	}
+	if v := c.String("runs-dir"); v != "" {
+		cfg.RunsDir = v
+	}
+	if v := c.Int("iterations"); c.IsSet("iterations") {
+		cfg.Iterations = v
+	}
+	if v := c.Int("tasks"); v > 0 {
+		cfg.TasksPerIteration = v
+	}
+	if v := c.Int("group"); v > 0 {
+		cfg.Rollout.GroupSize = v
+	}
+	if v := c.Float64("data-share"); v > 0 {
+		cfg.DataShare = v
+	}
+	if c.IsSet("seed") {
+		cfg.Seed = c.Int64("seed")
+	}
+	if c.IsSet("eval-episodes") {
+		cfg.Eval.Episodes = c.Int("eval-episodes")
+	}
+	if v := c.Int("stage1-episodes"); v > 0 {
+		cfg.Stage1.Episodes = v
+	}
+	if v := c.Float64("lr"); v > 0 {
+		cfg.RL.LR = v
+	}
+}
+
+func reportRun(c *cli.Context, res *orchestrator.Result, err error) error {
+	if err != nil {
+		return cli.Exit("run: "+err.Error(), 1)
+	}
+	fmt.Fprintf(c.App.Writer, "run %s finished in %s\n", res.Dir, res.Duration.Round(time.Second))
+	fmt.Fprintf(c.App.Writer, "base policy:    eval-seen success %.1f%%, eval-unseen %.1f%%\n", 100*res.Base.Seen, 100*res.Base.Unseen)
+	fmt.Fprintf(c.App.Writer, "trained policy: eval-seen success %.1f%%, eval-unseen %.1f%%\n", 100*res.Final.Seen, 100*res.Final.Unseen)
+	fmt.Fprintf(c.App.Writer, "report: %s\n", filepath.Join(res.Dir, "report", "results.md"))
+	return nil
+}
+
+func configCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "config",
+		Usage: "run configurations",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "check",
+				Usage:     "parse and validate run configs; paths that do not exist on this machine are reported",
+				ArgsUsage: "FILE...",
+				Flags:     []cli.Flag{&cli.BoolFlag{Name: "strict", Usage: "missing model folders are errors"}},
+				Action: func(c *cli.Context) error {
+					if c.NArg() == 0 {
+						return cli.Exit("config check: give at least one FILE", 2)
+					}
+					bad := 0
+					for _, f := range c.Args().Slice() {
+						cfg, err := orchestrator.Load(f)
+						if err == nil {
+							err = cfg.Validate()
+						}
+						if err != nil {
+							bad++
+							fmt.Fprintf(c.App.Writer, "%s: INVALID: %v\n", f, err)
+							continue
+						}
+						var notes []string
+						if _, err := os.Stat(filepath.Join(cfg.Model, "config.json")); err != nil {
+							notes = append(notes, fmt.Sprintf("model %s is not on this machine", cfg.Model))
+							if c.Bool("strict") {
+								bad++
+							}
+						}
+						if cfg.Stage1.Analyzer.APIKeyEnv != "" && os.Getenv(cfg.Stage1.Analyzer.APIKeyEnv) == "" {
+							notes = append(notes, fmt.Sprintf("analyzer key variable %s is not set", cfg.Stage1.Analyzer.APIKeyEnv))
+						}
+						status := "ok"
+						if len(notes) > 0 {
+							status = "ok (" + strings.Join(notes, "; ") + ")"
+						}
+						fmt.Fprintf(c.App.Writer, "%s: %s: algo %s, env %s/%s, backend %s, %d iterations × %d tasks × %d\n", f, status, cfg.Algo, cfg.Env.Kind, cfg.Env.Name, cfg.Backend.Kind, cfg.Iterations, cfg.TasksPerIteration, cfg.Rollout.GroupSize)
+					}
+					if bad > 0 {
+						return cli.Exit(fmt.Sprintf("config check: %d of %d configs failed", bad, c.NArg()), 1)
+					}
+					return nil
+				},
+			},
+			{
+				Name:  "default",
+				Usage: "print the embedded default configuration as JSON (a starting point for --config)",
+				Action: func(c *cli.Context) error {
+					b, _ := json.MarshalIndent(orchestrator.Default(), "", "  ")
+					fmt.Fprintln(c.App.Writer, string(b))
+					return nil
+				},
+			},
+		},
+	}
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/inference"
+	"github.com/seedctl/seedctl/inference/server/servertest"
+	"github.com/seedctl/seedctl/orchestrator"
+	"github.com/seedctl/seedctl/rollout"
+)
+
+// tinyRunConfig is a few-second SEED run on a random tiny checkpoint.
+func tinyRunConfig(t *testing.T, algo string) orchestrator.Config {
+	t.Helper()
+	model := filepath.Join(t.TempDir(), "base")
+	if err := servertest.WriteTinyCheckpoint(model, 3); err != nil {
+		t.Fatal(err)
+	}
+	cfg := orchestrator.Default()
+	cfg.Name, cfg.RunsDir, cfg.Model, cfg.Algo = "tiny-"+algo, t.TempDir(), model, algo
+	cfg.Iterations, cfg.TasksPerIteration, cfg.Rollout.GroupSize = 3, 2, 3
+	cfg.Env.MaxSteps, cfg.Rollout.MaxTokens, cfg.AnalysisTokens = 4, 8, 24
+	cfg.Stage1.Episodes, cfg.Stage1.Epochs, cfg.Stage1.MaxLen, cfg.Stage1.BatchTokens, cfg.Stage1.MicroBatchTokens = 6, 1, 4096, 8192, 4096
+	cfg.Eval.Episodes = 2
+	cfg.RL.LR = 1e-3
+	return cfg
+}
+
+func TestRunEndToEndTinyModel(t *testing.T) {
+	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
+	var backend inference.Backend
+	open := openBackendFor(cfg.Backend, 0, zerolog.Nop())
+	probe := []int{5, 17, 3, 88, 41, 9}
+	var served [][]float64
+	deps := orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(),
+		OpenBackend: func(ctx context.Context, dir string) (inference.Backend, error) {
+			b, err := open(ctx, dir)
+			backend = b
+			return b, err
+		},
+		AfterPhase: func(k int, phase string) {
+			if phase != "checkpoint" {
+				return
+			}
+			lp, err := backend.Score(context.Background(), [][]int{probe})
+			if err != nil {
+				t.Errorf("scoring the probe after iteration %d: %v", k, err)
+				return
+			}
+			served = append(served, lp[0])
+		}}
+	res, err := orchestrator.Start(context.Background(), cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := res.Dir
+	for k := 1; k <= cfg.Iterations; k++ {
+		trajs, err := rollout.ReadJSONL(filepath.Join(dir, "trajectories", "iter-"+itoa(k)+".jsonl"))
+		if err != nil || len(trajs) != cfg.TasksPerIteration*cfg.Rollout.GroupSize {
+			t.Errorf("iteration %d: %d trajectories, %v", k, len(trajs), err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "skills", "iter-"+itoa(k)+".jsonl")); err != nil {
+			t.Errorf("iteration %d skills: %v", k, err)
+		}
+	}
+	for _, f := range []string{"config.json", "state.json", "metrics.jsonl", "skills/stage1.jsonl", "trajectories/stage1.jsonl",
+		"checkpoints/stage1/model.safetensors", "checkpoints/iter-3/model.safetensors", "checkpoints/iter-3/optimizer.safetensors",
+		"checkpoints/iter-3/tokenizer.json", "report/learning_curve.png", "report/results.md"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("missing %s: %v", f, err)
+		}
+	}
+	lines, err := orchestrator.ReadMetrics(filepath.Join(dir, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	iters := 0
+	for _, l := range lines {
+		if l.Kind == "iteration" {
+			iters++
+			for _, key := range []string{"loss", "grpo_loss", "kl", "grad_norm", "entropy", "rollout_s", "update_s"} {
+				if _, ok := l.Values[key]; !ok {
+					t.Errorf("iteration %d metrics lack %s", l.Iteration, key)
+				}
+			}
+		}
+	}
+	if iters != cfg.Iterations {
+		t.Errorf("%d iteration lines in metrics.jsonl, want %d", iters, cfg.Iterations)
+	}
+	if len(served) != cfg.Iterations {
+		t.Fatalf("probed the served weights %d times", len(served))
+	}
+	for k := 1; k < len(served); k++ {
+		same := true
+		for i := 1; i < len(probe); i++ {
+			same = same && served[k][i] == served[k-1][i]
+		}
+		if same {
+			t.Errorf("served log-probs after iteration %d equal those after %d: weights were not published", k+1, k)
+		}
+	}
+	var st orchestrator.State
+	b, _ := os.ReadFile(filepath.Join(dir, "state.json"))
+	json.Unmarshal(b, &st)
+	if !st.Done || st.Iteration != 3 || !st.Stage1Done || st.BaseEval == nil || st.FinalEval == nil {
+		t.Errorf("state %+v", st)
+	}
+}
+
+func itoa(k int) string { b, _ := json.Marshal(k); return string(b) }

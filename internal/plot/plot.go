@@ -1,0 +1,220 @@
+// Package plot draws the few charts seedctl's reports need (learning
+// curves with shaded seed bands, success against data share) as PNG,
+// with nothing but the standard library and a bitmap font.
+package plot
+
+import (
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/image/font"
+	"golang.org/x/image/font/basicfont"
+	"golang.org/x/image/math/fixed"
+)
+
+// Series is one line; Lo/Hi (same length as Y), when set, shade a band.
+type Series struct {
+	Name   string
+	X, Y   []float64
+	Lo, Hi []float64
+}
+
+// Chart is a line chart.
+type Chart struct {
+	Title, XLabel, YLabel string
+	Series                []Series
+	// YMin/YMax fix the y range when YMax > YMin; otherwise it fits the data.
+	YMin, YMax float64
+}
+
+var palette = []color.RGBA{
+	{31, 119, 180, 255}, {214, 39, 40, 255}, {44, 160, 44, 255}, {255, 127, 14, 255},
+	{148, 103, 189, 255}, {140, 86, 75, 255}, {227, 119, 194, 255}, {127, 127, 127, 255},
+}
+
+// PNG renders the chart at w×h pixels into path (atomically).
+func (c Chart) PNG(path string, w, h int) error {
+	img, err := c.Render(w, h)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if err := png.Encode(f, img); err != nil {
+		f.Close()
+		return fmt.Errorf("encoding %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Render draws the chart.
+func (c Chart) Render(w, h int) (*image.RGBA, error) {
+	if w < 200 || h < 150 {
+		return nil, fmt.Errorf("plot: %dx%d is too small", w, h)
+	}
+	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+	for _, s := range c.Series {
+		if len(s.X) != len(s.Y) || (s.Lo != nil && len(s.Lo) != len(s.Y)) || (s.Hi != nil && len(s.Hi) != len(s.Y)) {
+			return nil, fmt.Errorf("plot: series %q has %d x, %d y, %d lo, %d hi values", s.Name, len(s.X), len(s.Y), len(s.Lo), len(s.Hi))
+		}
+		for i := range s.X {
+			xmin, xmax = math.Min(xmin, s.X[i]), math.Max(xmax, s.X[i])
+			ymin, ymax = math.Min(ymin, s.Y[i]), math.Max(ymax, s.Y[i])
+			if s.Lo != nil {
+				ymin, ymax = math.Min(ymin, s.Lo[i]), math.Max(ymax, s.Hi[i])
+			}
+		}
+	}
+	if math.IsInf(xmin, 1) {
+		xmin, xmax, ymin, ymax = 0, 1, 0, 1
+	}
+	if c.YMax > c.YMin {
+		ymin, ymax = c.YMin, c.YMax
+	}
+	if xmax == xmin {
+		xmin, xmax = xmin-1, xmax+1
+	}
+	if ymax == ymin {
+		ymin, ymax = ymin-1, ymax+1
+	}
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	fill(img, img.Bounds(), color.RGBA{255, 255, 255, 255})
+	left, right, top, bottom := 60, w-20, 30, h-45
+	px := func(x float64) int { return left + int((x-xmin)/(xmax-xmin)*float64(right-left)+0.5) }
+	py := func(y float64) int { return bottom - int((y-ymin)/(ymax-ymin)*float64(bottom-top)+0.5) }
+	grey, black := color.RGBA{220, 220, 220, 255}, color.RGBA{0, 0, 0, 255}
+	for i := 0; i <= 5; i++ {
+		y := ymin + float64(i)/5*(ymax-ymin)
+		line(img, left, py(y), right, py(y), grey)
+		text(img, 4, py(y)+4, trim(y), black)
+		x := xmin + float64(i)/5*(xmax-xmin)
+		text(img, px(x)-10, bottom+15, trim(x), black)
+	}
+	line(img, left, bottom, right, bottom, black)
+	line(img, left, top, left, bottom, black)
+	text(img, left, 18, c.Title, black)
+	text(img, (left+right)/2-len(c.XLabel)*3, h-8, c.XLabel, black)
+	text(img, 4, top-12+0, c.YLabel, black)
+	for si, s := range c.Series {
+		col := palette[si%len(palette)]
+		if s.Lo != nil {
+			band := color.RGBA{col.R, col.G, col.B, 60}
+			for i := 0; i+1 < len(s.X); i++ {
+				for x := px(s.X[i]); x <= px(s.X[i+1]); x++ {
+					f := 0.0
+					if px(s.X[i+1]) > px(s.X[i]) {
+						f = float64(x-px(s.X[i])) / float64(px(s.X[i+1])-px(s.X[i]))
+					}
+					lo := s.Lo[i] + f*(s.Lo[i+1]-s.Lo[i])
+					hi := s.Hi[i] + f*(s.Hi[i+1]-s.Hi[i])
+					for y := py(hi); y <= py(lo); y++ {
+						blend(img, x, y, band)
+					}
+				}
+			}
+		}
+		for i := 0; i+1 < len(s.X); i++ {
+			thick(img, px(s.X[i]), py(s.Y[i]), px(s.X[i+1]), py(s.Y[i+1]), col)
+		}
+		for i := range s.X {
+			fill(img, image.Rect(px(s.X[i])-2, py(s.Y[i])-2, px(s.X[i])+3, py(s.Y[i])+3), col)
+		}
+		// Legend.
+		ly := top + 6 + 14*si
+		fill(img, image.Rect(right-150, ly-6, right-138, ly+2), col)
+		text(img, right-132, ly+2, s.Name, black)
+	}
+	return img, nil
+}
+
+func trim(v float64) string {
+	if math.Abs(v) >= 100 || v == math.Trunc(v) {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func fill(img *image.RGBA, r image.Rectangle, c color.RGBA) {
+	r = r.Intersect(img.Bounds())
+	for y := r.Min.Y; y < r.Max.Y; y++ {
+		for x := r.Min.X; x < r.Max.X; x++ {
+			img.SetRGBA(x, y, c)
+		}
+	}
+}
+
+func blend(img *image.RGBA, x, y int, c color.RGBA) {
+	if !image.Pt(x, y).In(img.Bounds()) {
+		return
+	}
+	o := img.RGBAAt(x, y)
+	a := float64(c.A) / 255
+	mix := func(a0, b0 uint8) uint8 { return uint8(float64(a0)*(1-a) + float64(b0)*a) }
+	img.SetRGBA(x, y, color.RGBA{mix(o.R, c.R), mix(o.G, c.G), mix(o.B, c.B), 255})
+}
+
+// line is Bresenham's.
+func line(img *image.RGBA, x0, y0, x1, y1 int, c color.RGBA) {
+	dx, dy := abs(x1-x0), -abs(y1-y0)
+	sx, sy := sign(x1-x0), sign(y1-y0)
+	e := dx + dy
+	for {
+		if image.Pt(x0, y0).In(img.Bounds()) {
+			img.SetRGBA(x0, y0, c)
+		}
+		if x0 == x1 && y0 == y1 {
+			return
+		}
+		e2 := 2 * e
+		if e2 >= dy {
+			e += dy
+			x0 += sx
+		}
+		if e2 <= dx {
+			e += dx
+			y0 += sy
+		}
+	}
+}
+
+func thick(img *image.RGBA, x0, y0, x1, y1 int, c color.RGBA) {
+	line(img, x0, y0, x1, y1, c)
+	line(img, x0, y0+1, x1, y1+1, c)
+	line(img, x0+1, y0, x1+1, y1, c)
+}
+
+func text(img *image.RGBA, x, y int, s string, c color.RGBA) {
+	d := font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
+	d.DrawString(s)
+}
+
+func abs(v int) int {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+func sign(v int) int {
+	switch {
+	case v < 0:
+		return -1
+	case v > 0:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,298 @@
+// Package orchestrator runs SEED end to end: stage 1 (collect with the base
+// policy, analyze with an external or oracle analyzer, SFT the policy to
+// write skills) and stage 2 iterations (publish, rollouts, self-analysis,
+// critical steps, teacher contexts, rescoring, GRPO advantages, update,
+// checkpoint), with the baselines of DESIGN §2, a run directory that
+// survives kill -9, periodic evaluation, metrics and a report.
+//
+// The trainer is reached through the Learner interface declared here;
+// cmd/seedctl wires the gotch implementation.
+package orchestrator
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/rollout"
+	"github.com/seedctl/seedctl/skills"
+)
+
+// Algorithms (DESIGN §2's method and baselines).
+const (
+	AlgoSEED        = "seed"
+	AlgoGRPO        = "grpo"
+	AlgoStaticSkill = "static-skill"
+	AlgoRandomSkill = "random-skill"
+	AlgoSEEDNoSFT   = "seed-no-sft"
+)
+
+// Algos lists the accepted --algo values.
+var Algos = []string{AlgoSEED, AlgoGRPO, AlgoStaticSkill, AlgoRandomSkill, AlgoSEEDNoSFT}
+
+// EnvConfig selects the environment.
+type EnvConfig struct {
+	// Name is a built-in (household, webshop, searchqa) or, with Kind
+	// "agentgym", the AgentGym flavor (alfworld, webshop, sciworld).
+	Name string `json:"name"`
+	Kind string `json:"kind,omitempty"` // "builtin" (default) or "agentgym"
+	URL  string `json:"url,omitempty"`  // agentgym server
+	// SplitSizes gives remote environments' task counts per split.
+	SplitSizes map[string]int    `json:"split_sizes,omitempty"`
+	MaxSteps   int               `json:"max_steps,omitempty"`
+	Options    map[string]string `json:"options,omitempty"`
+}
+
+// BackendConfig selects the inference server.
+type BackendConfig struct {
+	Kind      string `json:"kind"`               // embedded, vllm, sglang
+	BaseURL   string `json:"base_url,omitempty"` // running server (vllm/sglang)
+	Model     string `json:"served_model,omitempty"`
+	APIKeyEnv string `json:"api_key_env,omitempty"`
+	// Launch, when set, starts the server (vllm/sglang) under supervision
+	// with this command line; the checkpoint folder is appended as the model.
+	Launch      []string `json:"launch,omitempty"`
+	VLLMPublish string   `json:"vllm_publish,omitempty"` // reload or lora
+	Colocated   bool     `json:"colocated,omitempty"`
+	MaxInFlight int      `json:"max_in_flight,omitempty"`
+}
+
+// AnalyzerConfig is the stage-1 analyzer.
+type AnalyzerConfig struct {
+	Kind      string `json:"kind"` // oracle (built-ins) or external
+	BaseURL   string `json:"base_url,omitempty"`
+	Model     string `json:"model,omitempty"`
+	APIKeyEnv string `json:"api_key_env,omitempty"`
+	MaxTokens int    `json:"max_tokens,omitempty"`
+}
+
+// Stage1Config is hindsight-skill SFT.
+type Stage1Config struct {
+	Episodes int            `json:"episodes"` // trajectories collected with the base policy
+	Analyzer AnalyzerConfig `json:"analyzer"`
+	Epochs   float64        `json:"epochs"`
+	LR       float64        `json:"lr"`
+	// BatchTokens per optimizer step, MicroBatchTokens per forward.
+	BatchTokens      int `json:"batch_tokens"`
+	MicroBatchTokens int `json:"micro_batch_tokens"`
+	MaxLen           int `json:"max_len"`
+}
+
+// RLConfig is stage 2's loss and optimizer.
+type RLConfig struct {
+	Lambda      float64 `json:"lambda"`
+	Beta        float64 `json:"beta"`
+	KLCoef      float64 `json:"kl_coef"`
+	ClipEps     float64 `json:"clip_eps"`
+	LR          float64 `json:"lr"`
+	WeightDecay float64 `json:"weight_decay"`
+	ClipNorm    float64 `json:"clip_norm"`
+	// MiniBatches optimizer steps per iteration (the rows are split).
+	MiniBatches      int `json:"mini_batches"`
+	MicroBatchTokens int `json:"micro_batch_tokens"`
+	// MaxRefusals stops the run after this many non-finite steps in a row.
+	MaxRefusals int `json:"max_refusals"`
+	// AdvEps is ε in A = (R − mean)/(std + ε).
+	AdvEps float64 `json:"adv_eps"`
+}
+
+// EvalConfig is the periodic evaluation (greedy, plain prompts).
+type EvalConfig struct {
+	Every    int `json:"every"`    // iterations between evaluations (0: start and end only)
+	Episodes int `json:"episodes"` // tasks of each eval split
+}
+
+// Config is a whole run. Zero fields take Default()'s values when loaded
+// from a file.
+type Config struct {
+	Name    string        `json:"name"`
+	RunsDir string        `json:"runs_dir"`
+	Algo    string        `json:"algo"`
+	Seed    int64         `json:"seed"`
+	Model   string        `json:"model"` // Hugging Face checkpoint folder of the base policy
+	Env     EnvConfig     `json:"env"`
+	Backend BackendConfig `json:"backend"`
+	Stage1  Stage1Config  `json:"stage1"`
+	// Iterations of stage 2; TasksPerIteration is B, Rollout.GroupSize G.
+	Iterations        int     `json:"iterations"`
+	TasksPerIteration int     `json:"tasks_per_iteration"`
+	DataShare         float64 `json:"data_share"` // share of training tasks used (sample-efficiency tables)
+	Rollout           struct {
+		Mode           string  `json:"mode"`
+		Window         int     `json:"window"`
+		GroupSize      int     `json:"group_size"`
+		MaxTokens      int     `json:"max_tokens"`
+		Temperature    float64 `json:"temperature"`
+		InvalidPenalty float64 `json:"invalid_penalty"`
+		MaxInFlight    int     `json:"max_in_flight"`
+	} `json:"rollout"`
+	SkillMode        string    `json:"skill_mode"`
+	MaxStepSkills    int       `json:"max_step_skills"`
+	Gamma            float64   `json:"gamma"`
+	AnalysisTokens   int       `json:"analysis_max_tokens"`
+	RL               RLConfig  `json:"rl"`
+	Eval             EvalConfig `json:"eval"`
+	RescoreMaxTokens int       `json:"rescore_max_tokens"`
+	RetryFor         Duration  `json:"retry_for"`
+}
+
+// Duration reads "30s"-style strings in JSON.
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration: want a string like \"30s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Default is the embedded default's configuration (household, tiny model,
+// embedded server, oracle stage-1 analyzer) with the reference loss
+// weights; Model is filled in by the caller (the bootstrapped base model).
+func Default() Config {
+	var c Config
+	c.Name = "default"
+	c.RunsDir = "runs"
+	c.Algo = AlgoSEED
+	c.Seed = 1
+	c.Env = EnvConfig{Name: "household", Kind: "builtin"}
+	c.Backend = BackendConfig{Kind: "embedded"}
+	c.Stage1 = Stage1Config{Episodes: 64, Analyzer: AnalyzerConfig{Kind: "oracle", MaxTokens: 512}, Epochs: 2, LR: 1e-3, BatchTokens: 16384, MicroBatchTokens: 8192, MaxLen: 4096}
+	c.Iterations = 8
+	c.TasksPerIteration = 8
+	c.DataShare = 1
+	c.Rollout.Mode = rollout.ModeWindow
+	c.Rollout.Window = 3
+	c.Rollout.GroupSize = 8
+	c.Rollout.MaxTokens = 48
+	c.Rollout.Temperature = 1
+	c.Rollout.InvalidPenalty = 0.1
+	c.Rollout.MaxInFlight = 64
+	c.SkillMode = string(skills.EpisodeStep)
+	c.MaxStepSkills = skills.DefaultMaxStepSkills
+	c.Gamma = 0.95
+	c.AnalysisTokens = 256
+	c.RL = RLConfig{Lambda: 0.01, Beta: 5, KLCoef: 0.01, ClipEps: 0.2, LR: 1e-6, WeightDecay: 0, ClipNorm: 1, MiniBatches: 1, MicroBatchTokens: 8192, MaxRefusals: 3, AdvEps: 1e-6}
+	c.Eval = EvalConfig{Every: 0, Episodes: 100}
+	c.RescoreMaxTokens = 16384
+	c.RetryFor = Duration(2 * time.Minute)
+	return c
+}
+
+// Load reads a JSON config over Default(); unknown fields are errors that
+// name the field.
+func Load(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading config: %w", err)
+	}
+	c := Default()
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			line := bytes.Count(b[:se.Offset], []byte("\n")) + 1
+			return Config{}, fmt.Errorf("config %s line %d: %w", path, line, err)
+		}
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// UsesSFT says whether the algorithm runs stage 1.
+// Static skills come from the stage-1 analyzer itself, so that baseline
+// needs no skill-writing policy.
+func (c Config) UsesSFT() bool { return c.Algo == AlgoSEED || c.Algo == AlgoRandomSkill }
+
+// Distills says whether stage 2 has a distillation term.
+func (c Config) Distills() bool { return c.Algo != AlgoGRPO }
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	ok := false
+	for _, a := range Algos {
+		ok = ok || a == c.Algo
+	}
+	switch {
+	case !ok:
+		return fmt.Errorf("config: algo %q: want one of %v", c.Algo, Algos)
+	case c.Name == "" || c.RunsDir == "":
+		return errors.New("config: name and runs_dir must be set")
+	case c.Model == "":
+		return errors.New("config: model (a Hugging Face checkpoint folder) must be set")
+	case c.Env.Name == "":
+		return errors.New("config: env.name must be set")
+	case c.Env.Kind != "builtin" && c.Env.Kind != "agentgym":
+		return fmt.Errorf("config: env.kind %q: want builtin or agentgym", c.Env.Kind)
+	case c.Env.Kind == "agentgym" && (c.Env.URL == "" || c.Env.SplitSizes["train"] < 1):
+		return errors.New("config: an agentgym env needs env.url and env.split_sizes.train")
+	case c.Backend.Kind != "embedded" && c.Backend.Kind != "vllm" && c.Backend.Kind != "sglang":
+		return fmt.Errorf("config: backend.kind %q: want embedded, vllm or sglang", c.Backend.Kind)
+	case c.Backend.Kind != "embedded" && c.Backend.BaseURL == "":
+		return fmt.Errorf("config: backend.base_url is required for %s", c.Backend.Kind)
+	case c.UsesSFT() && c.Stage1.Episodes < 1:
+		return fmt.Errorf("config: stage1.episodes %d must be positive for algo %s", c.Stage1.Episodes, c.Algo)
+	case c.Stage1.Analyzer.Kind != "oracle" && c.Stage1.Analyzer.Kind != "external":
+		return fmt.Errorf("config: stage1.analyzer.kind %q: want oracle or external", c.Stage1.Analyzer.Kind)
+	case c.Stage1.Analyzer.Kind == "external" && (c.Stage1.Analyzer.BaseURL == "" || c.Stage1.Analyzer.Model == ""):
+		return errors.New("config: an external analyzer needs stage1.analyzer.base_url and .model")
+	case c.Stage1.Analyzer.Kind == "oracle" && c.Env.Kind != "builtin" && (c.UsesSFT() || c.Algo == AlgoStaticSkill):
+		return errors.New("config: the oracle analyzer only knows the built-in environments; use an external analyzer")
+	case c.UsesSFT() && (c.Stage1.Epochs <= 0 || c.Stage1.LR <= 0 || c.Stage1.MaxLen < 2 || c.Stage1.BatchTokens < c.Stage1.MaxLen):
+		return errors.New("config: stage1 needs epochs > 0, lr > 0 and 2 <= max_len <= batch_tokens")
+	case c.Iterations < 0 || c.TasksPerIteration < 1:
+		return fmt.Errorf("config: iterations %d must be >= 0 and tasks_per_iteration %d >= 1", c.Iterations, c.TasksPerIteration)
+	case c.DataShare <= 0 || c.DataShare > 1:
+		return fmt.Errorf("config: data_share %v must be in (0, 1]", c.DataShare)
+	case c.Rollout.GroupSize < 2:
+		return fmt.Errorf("config: rollout.group_size %d must be at least 2 (GRPO groups)", c.Rollout.GroupSize)
+	case c.RL.LR <= 0 || c.RL.MiniBatches < 1 || c.RL.MaxRefusals < 1 || c.RL.AdvEps <= 0:
+		return errors.New("config: rl needs lr > 0, mini_batches >= 1, max_refusals >= 1, adv_eps > 0")
+	case c.RL.Lambda < 0 || c.RL.Beta <= 0 || c.RL.KLCoef < 0 || c.RL.ClipEps <= 0 || c.RL.ClipEps >= 1 || c.RL.MicroBatchTokens < 2:
+		return errors.New("config: rl needs lambda >= 0, beta > 0, kl_coef >= 0, clip_eps in (0, 1), micro_batch_tokens >= 2")
+	case c.Eval.Episodes < 0 || c.Eval.Every < 0:
+		return errors.New("config: eval.every and eval.episodes must be >= 0")
+	case c.RescoreMaxTokens < 2 || c.MaxStepSkills < 0 || c.Gamma <= 0 || c.Gamma > 1 || c.AnalysisTokens < 16:
+		return errors.New("config: rescore_max_tokens >= 2, max_step_skills >= 0, gamma in (0, 1], analysis_max_tokens >= 16")
+	}
+	if _, err := skills.ParseMode(c.SkillMode); err != nil {
+		return fmt.Errorf("config: skill_mode: %w", err)
+	}
+	if err := c.rolloutConfig(0).Validate(); err != nil {
+		return fmt.Errorf("config: rollout: %w", err)
+	}
+	return nil
+}
+
+// rolloutConfig is the rollout package's config for one iteration.
+func (c Config) rolloutConfig(seed int64) rollout.Config {
+	r := rollout.DefaultConfig()
+	r.Mode, r.Window, r.GroupSize = c.Rollout.Mode, c.Rollout.Window, c.Rollout.GroupSize
+	r.MaxTokensPerTurn, r.Temperature, r.InvalidPenalty = c.Rollout.MaxTokens, c.Rollout.Temperature, c.Rollout.InvalidPenalty
+	if c.Rollout.MaxInFlight > 0 {
+		r.MaxInFlight = c.Rollout.MaxInFlight
+	}
+	r.Seed = seed
+	opts := envadapters.Options{}
+	for k, v := range c.Env.Options {
+		opts[k] = v
+	}
+	if c.Env.MaxSteps > 0 {
+		opts["max_steps"] = fmt.Sprint(c.Env.MaxSteps)
+	}
+	r.EnvOptions = opts
+	return r
+}

@@ -1,0 +1,84 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+)
+
+// Row is one RL training sequence (see trainer.RLSequence, which the
+// wiring converts it to). Position k of the per-position slices refers to
+// IDs[k] predicted from IDs[:k].
+type Row struct {
+	ID          string
+	IDs         []int
+	Train       []bool
+	Advantage   float64
+	OldLogP     []float32
+	RefLogP     []float32
+	TeacherLogP []float32
+	Distill     []bool
+}
+
+// SFTExample is one stage-1 sequence; Loss marks trained positions.
+type SFTExample struct {
+	IDs  []int
+	Loss []bool
+}
+
+// SFTOptions configure stage-1 fine-tuning.
+type SFTOptions struct {
+	Epochs           float64
+	LR               float64
+	BatchTokens      int
+	MicroBatchTokens int
+	MaxLen           int
+	Seed             uint64
+}
+
+// StepStats are one optimizer step's metrics, by name (loss, grpo_loss,
+// opd_loss, kl, gate_mean, positive_shift, clip_frac, grad_norm, entropy,
+// tokens_per_s, …).
+type StepStats map[string]float64
+
+// Learner is the trainer as the orchestrator uses it. Implementations hold
+// the policy being trained, its optimizer and the frozen reference policy.
+type Learner interface {
+	// Rescore returns log p(ids[k] | ids[:k]) under the current weights
+	// (entry 0 is 0), without gradients.
+	Rescore(ctx context.Context, seqs [][]int) ([][]float32, error)
+	// RescoreRef is Rescore under the frozen reference policy.
+	RescoreRef(ctx context.Context, seqs [][]int) ([][]float32, error)
+	// Step is one RL optimizer step; a non-finite step returns an error
+	// for which IsRefusal is true and leaves the weights unchanged.
+	Step(ctx context.Context, rows []Row) (StepStats, error)
+	// SFT fine-tunes on examples (stage 1).
+	SFT(ctx context.Context, data []SFTExample, opt SFTOptions, progress func(step, steps int, loss float64)) error
+	// Save writes a Hugging Face checkpoint plus optimizer state into dir
+	// (atomically).
+	Save(ctx context.Context, dir string) error
+	Close()
+}
+
+// LearnerSpec says what to load.
+type LearnerSpec struct {
+	// Policy is the checkpoint to train from (with optimizer state when a
+	// resumed run saved one); Reference is the frozen KL reference.
+	Policy, Reference string
+	RL                RLConfig
+	Seed              uint64
+}
+
+// LearnerFactory builds a Learner (cmd/seedctl wires the trainer's).
+type LearnerFactory func(spec LearnerSpec) (Learner, error)
+
+// IsRefusal reports whether err is a refused (non-finite) step.
+func IsRefusal(err error) bool {
+	var r *RefusedError
+	return errors.As(err, &r)
+}
+
+// RefusedError marks a refused step; learners wrap their cause in it.
+type RefusedError struct{ Err error }
+
+func (e *RefusedError) Error() string { return "step refused: " + e.Err.Error() }
+func (e *RefusedError) Unwrap() error { return e.Err }

@@ -1,0 +1,101 @@
+package orchestrator
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/seedctl/seedctl/internal/plot"
+)
+
+// WriteReport writes dir/report: learning curves (PNG) and a results table
+// (Markdown) from metrics.jsonl and state.json.
+func WriteReport(dir string) error {
+	d := runDir(dir)
+	lines, err := ReadMetrics(d.metrics())
+	if err != nil {
+		return err
+	}
+	st, err := readState(d)
+	if err != nil {
+		return err
+	}
+	cfg, err := Load(d.config())
+	if err != nil {
+		return err
+	}
+	var it, succ, ret, gate, pos []float64
+	evalX := map[string][]float64{}
+	evalY := map[string][]float64{}
+	for _, l := range lines {
+		switch l.Kind {
+		case "iteration":
+			it = append(it, float64(l.Iteration))
+			succ = append(succ, 100*l.Values["success"])
+			ret = append(ret, l.Values["mean_return"])
+			gate = append(gate, l.Values["gate_mean"])
+			pos = append(pos, l.Values["positive_shift"])
+		case "eval":
+			evalX[l.Split] = append(evalX[l.Split], float64(l.Iteration))
+			evalY[l.Split] = append(evalY[l.Split], 100*l.Values["success"])
+		}
+	}
+	ch := plot.Chart{Title: fmt.Sprintf("%s on %s: success (%%)", cfg.Algo, cfg.Env.Name), XLabel: "iteration", YLabel: "success %", YMin: 0, YMax: 100,
+		Series: []plot.Series{{Name: "train rollouts", X: it, Y: succ}}}
+	splits := make([]string, 0, len(evalX))
+	for s := range evalX {
+		splits = append(splits, s)
+	}
+	sort.Strings(splits)
+	for _, s := range splits {
+		ch.Series = append(ch.Series, plot.Series{Name: "eval " + s, X: evalX[s], Y: evalY[s]})
+	}
+	if err := ch.PNG(filepath.Join(d.report(), "learning_curve.png"), 800, 450); err != nil {
+		return err
+	}
+	if cfg.Distills() && len(it) > 0 {
+		g := plot.Chart{Title: "distillation: gate mean and share of tokens with teacher shift > 0", XLabel: "iteration", YMin: 0, YMax: 1,
+			Series: []plot.Series{{Name: "gate mean", X: it, Y: gate}, {Name: "share Δ>0", X: it, Y: pos}}}
+		if err := g.PNG(filepath.Join(d.report(), "distillation.png"), 800, 450); err != nil {
+			return err
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Run %s\n\n", filepath.Base(dir))
+	fmt.Fprintf(&b, "algo `%s`, env `%s`, model `%s`, seed %d, %d iterations × %d tasks × %d trajectories, data share %.0f%%\n\n",
+		cfg.Algo, cfg.Env.Name, cfg.Model, cfg.Seed, st.Iteration, cfg.TasksPerIteration, cfg.Rollout.GroupSize, 100*cfg.DataShare)
+	b.WriteString("| policy | eval-seen success | eval-unseen success | episodes per split |\n|---|---|---|---|\n")
+	for _, row := range []struct {
+		name string
+		ep   *EvalPoint
+	}{{"base", st.BaseEval}, {"trained", st.FinalEval}} {
+		if row.ep != nil {
+			fmt.Fprintf(&b, "| %s | %.1f%% | %.1f%% | %d |\n", row.name, 100*row.ep.Seen, 100*row.ep.Unseen, row.ep.Episodes)
+		}
+	}
+	if st.BaseEval != nil && st.FinalEval != nil && len(st.FinalEval.UnseenByFamily) > 0 {
+		b.WriteString("\n## eval-unseen success per family\n\n| family | base | trained |\n|---|---|---|\n")
+		fams := make([]string, 0)
+		for f := range st.FinalEval.UnseenByFamily {
+			fams = append(fams, f)
+		}
+		sort.Strings(fams)
+		for _, f := range fams {
+			fmt.Fprintf(&b, "| %s | %.1f%% | %.1f%% |\n", f, 100*st.BaseEval.UnseenByFamily[f], 100*st.FinalEval.UnseenByFamily[f])
+		}
+	}
+	if len(it) > 0 {
+		b.WriteString("\n## iterations\n\n| iteration | rollout success | return | skills | gate mean | Δ>0 | loss | KL | time (s) |\n|---|---|---|---|---|---|---|---|---|\n")
+		for _, l := range lines {
+			if l.Kind != "iteration" {
+				continue
+			}
+			v := l.Values
+			fmt.Fprintf(&b, "| %d | %.1f%% | %.3f | %.0f%% | %.3f | %.0f%% | %.4f | %.5f | %.0f |\n", l.Iteration, 100*v["success"], v["mean_return"],
+				100*v["skill_share"], v["gate_mean"], 100*v["positive_shift"], v["loss"], v["kl"], v["iteration_s"])
+		}
+	}
+	b.WriteString("\n![learning curve](learning_curve.png)\n")
+	return writeAtomic(filepath.Join(d.report(), "results.md"), []byte(b.String()))
+}

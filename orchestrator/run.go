@@ -1,0 +1,778 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/inference"
+	"github.com/seedctl/seedctl/rollout"
+	"github.com/seedctl/seedctl/skills"
+)
+
+// TaskSource lists a split's tasks (envadapters.Builtin implements it).
+type TaskSource interface {
+	Tasks(split envadapters.Split, n int) ([]envadapters.Task, error)
+	SplitSize(split envadapters.Split) int
+}
+
+// Env is the environment a run trains in: its tasks and instances.
+type Env struct {
+	Name    string
+	Tasks   TaskSource
+	Factory rollout.EnvFactory
+}
+
+// Deps are what a run is wired with.
+type Deps struct {
+	NewLearner LearnerFactory
+	// OpenBackend serves a checkpoint folder (the policy snapshot).
+	OpenBackend func(ctx context.Context, modelDir string) (inference.Backend, error)
+	// OpenEnv makes the environment (default: OpenEnv(cfg.Env)).
+	OpenEnv func(EnvConfig) (Env, error)
+	// Analyzer is the stage-1 analyzer (default: from cfg.Stage1.Analyzer).
+	Analyzer skills.Analyzer
+	Log      zerolog.Logger
+	// Progress receives human progress lines (nil: none).
+	Progress io.Writer
+	// AfterPhase, when set, is called after each phase of an iteration
+	// ("rollout", "analysis", "rescore", "update", "checkpoint"); tests use
+	// it to interrupt runs at chosen points.
+	AfterPhase func(iteration int, phase string)
+}
+
+// EvalPoint is one evaluation of a policy on eval-seen and eval-unseen.
+type EvalPoint struct {
+	Iteration       int                `json:"iteration"`
+	Seen            float64            `json:"seen_success"`
+	Unseen          float64            `json:"unseen_success"`
+	SeenScore       float64            `json:"seen_score"`
+	UnseenScore     float64            `json:"unseen_score"`
+	Episodes        int                `json:"episodes"`
+	SeenByFamily    map[string]float64 `json:"seen_by_family"`
+	UnseenByFamily  map[string]float64 `json:"unseen_by_family"`
+}
+
+// Result is a finished run.
+type Result struct {
+	Dir      string
+	State    State
+	Base     *EvalPoint
+	Final    *EvalPoint
+	Duration time.Duration
+}
+
+// run is one run in progress.
+type run struct {
+	cfg     Config
+	deps    Deps
+	dir     runDir
+	st      *State
+	env     Env
+	backend inference.Backend
+	policy  *rollout.Policy
+	learner Learner
+	log     zerolog.Logger
+	start   time.Time
+	pool    []envadapters.Task
+}
+
+// Start begins a new run in cfg.RunsDir/cfg.Name. A folder that already
+// holds a run is an error (use Resume).
+func Start(ctx context.Context, cfg Config, deps Deps) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	dir := runDir(filepath.Join(cfg.RunsDir, cfg.Name))
+	if _, err := os.Stat(dir.state()); err == nil {
+		return nil, fmt.Errorf("run directory %s already holds a run: resume it (seedctl run --resume %s) or choose another name", dir, dir)
+	}
+	abs, err := filepath.Abs(cfg.Model)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Model = abs
+	if err := writeJSON(dir.config(), cfg); err != nil {
+		return nil, err
+	}
+	st := &State{Version: stateVersion, Algo: cfg.Algo, Seed: cfg.Seed, Checkpoint: cfg.Model, Reference: cfg.Model, Updated: time.Now()}
+	if err := writeJSON(dir.state(), st); err != nil {
+		return nil, err
+	}
+	return execute(ctx, cfg, deps, dir, st)
+}
+
+// Resume continues the run in dir from its last finished iteration.
+func Resume(ctx context.Context, dir string, deps Deps) (*Result, error) {
+	d := runDir(dir)
+	cfg, err := Load(d.config())
+	if err != nil {
+		return nil, fmt.Errorf("resuming %s: %w", dir, err)
+	}
+	st, err := readState(d)
+	if err != nil {
+		return nil, fmt.Errorf("resuming %s: %w", dir, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("resuming %s: %w", dir, err)
+	}
+	// Drop metrics of unfinished work so nothing is counted twice.
+	if err := trimMetrics(d.metrics(), func(l MetricsLine) bool {
+		switch l.Kind {
+		case "stage1":
+			return st.Stage1Done
+		case "eval":
+			if l.Iteration == 0 {
+				return st.BaseEval != nil
+			}
+			return l.Iteration <= st.Iteration && (l.Iteration < cfg.Iterations || st.FinalEval != nil)
+		}
+		return l.Iteration <= st.Iteration
+	}); err != nil {
+		return nil, fmt.Errorf("resuming %s: %w", dir, err)
+	}
+	deps.Log.Info().Str("dir", dir).Int("iteration", st.Iteration).Bool("stage1_done", st.Stage1Done).Msg("resuming run")
+	return execute(ctx, cfg, deps, d, st)
+}
+
+func execute(ctx context.Context, cfg Config, deps Deps, dir runDir, st *State) (res *Result, err error) {
+	if deps.NewLearner == nil || deps.OpenBackend == nil {
+		return nil, errors.New("run: NewLearner and OpenBackend must be wired")
+	}
+	if deps.OpenEnv == nil {
+		deps.OpenEnv = OpenEnv
+	}
+	r := &run{cfg: cfg, deps: deps, dir: dir, st: st, log: deps.Log.With().Str("run", string(dir)).Logger(), start: time.Now()}
+	if r.env, err = deps.OpenEnv(cfg.Env); err != nil {
+		return nil, fmt.Errorf("opening environment %s: %w", cfg.Env.Name, err)
+	}
+	if r.pool, err = trainPool(r.env.Tasks, cfg.DataShare, cfg.Seed); err != nil {
+		return nil, err
+	}
+	defer r.close()
+	if err := r.serve(ctx, dir.abs(st.Checkpoint)); err != nil {
+		return nil, err
+	}
+	if st.BaseEval == nil {
+		ep, err := r.evaluate(ctx, 0)
+		if err != nil {
+			return nil, err
+		}
+		st.BaseEval = ep
+		if err := r.saveState(); err != nil {
+			return nil, err
+		}
+		r.printf("base policy: eval-seen success %.1f%%, eval-unseen %.1f%% (%d episodes each)\n", 100*ep.Seen, 100*ep.Unseen, ep.Episodes)
+	}
+	if cfg.UsesSFT() && !st.Stage1Done {
+		if err := r.stage1(ctx); err != nil {
+			return nil, fmt.Errorf("stage 1: %w", err)
+		}
+	}
+	if r.learner, err = deps.NewLearner(LearnerSpec{Policy: dir.abs(st.Checkpoint), Reference: dir.abs(st.Reference), RL: cfg.RL, Seed: uint64(cfg.Seed)}); err != nil {
+		return nil, fmt.Errorf("loading the learner: %w", err)
+	}
+	for k := st.Iteration + 1; k <= cfg.Iterations; k++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := r.iterate(ctx, k); err != nil {
+			return nil, fmt.Errorf("iteration %d (state saved after iteration %d; resume with seedctl run --resume %s): %w", k, st.Iteration, dir, err)
+		}
+	}
+	if st.FinalEval == nil {
+		ep := st.BaseEval
+		if cfg.Iterations > 0 || st.Stage1Done {
+			if ep, err = r.evaluate(ctx, st.Iteration); err != nil {
+				return nil, err
+			}
+		}
+		st.FinalEval = ep
+	}
+	st.Done = true
+	if err := r.saveState(); err != nil {
+		return nil, err
+	}
+	if err := WriteReport(string(dir)); err != nil {
+		return nil, fmt.Errorf("writing the report: %w", err)
+	}
+	r.printf("trained policy (%s, %d iterations): eval-seen success %.1f%% (base %.1f%%), eval-unseen %.1f%% (base %.1f%%); report in %s\n",
+		cfg.Algo, st.Iteration, 100*st.FinalEval.Seen, 100*st.BaseEval.Seen, 100*st.FinalEval.Unseen, 100*st.BaseEval.Unseen, dir.report())
+	return &Result{Dir: string(dir), State: *st, Base: st.BaseEval, Final: st.FinalEval, Duration: time.Since(r.start)}, nil
+}
+
+func (r *run) close() {
+	if r.learner != nil {
+		r.learner.Close()
+	}
+	if r.backend != nil {
+		r.backend.Close()
+	}
+}
+
+func (r *run) printf(format string, args ...any) {
+	if r.deps.Progress != nil {
+		fmt.Fprintf(r.deps.Progress, format, args...)
+	}
+}
+
+func (r *run) saveState() error {
+	r.st.Updated = time.Now()
+	return writeJSON(r.dir.state(), r.st)
+}
+
+func (r *run) phase(k int, name string) {
+	if r.deps.AfterPhase != nil {
+		r.deps.AfterPhase(k, name)
+	}
+}
+
+// serve starts the backend on dir (or publishes dir to a running one).
+func (r *run) serve(ctx context.Context, dir string) error {
+	if r.backend == nil {
+		b, err := r.deps.OpenBackend(ctx, dir)
+		if err != nil {
+			return fmt.Errorf("starting the inference backend on %s: %w", dir, err)
+		}
+		r.backend = b
+	} else if err := r.backend.Publish(ctx, dir, filepath.Base(dir)); err != nil {
+		return fmt.Errorf("publishing %s: %w", dir, err)
+	}
+	p, err := rollout.LoadPolicy(dir, r.backend)
+	if err != nil {
+		return err
+	}
+	r.policy = p
+	return nil
+}
+
+// trainPool is the share of the train split a run may use, in a fixed
+// shuffled order (the same for every algorithm at a given seed, so data
+// shares nest: 20% ⊂ 40% ⊂ …).
+func trainPool(src TaskSource, share float64, seed int64) ([]envadapters.Task, error) {
+	n := src.SplitSize(envadapters.Train)
+	all, err := src.Tasks(envadapters.Train, n)
+	if err != nil {
+		return nil, fmt.Errorf("listing training tasks: %w", err)
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
+	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	keep := int(share*float64(n) + 0.5)
+	if keep < 1 {
+		return nil, fmt.Errorf("data share %v of %d training tasks keeps none", share, n)
+	}
+	return all[:keep], nil
+}
+
+// tasksFor is iteration k's batch: the next B tasks of the pool, cycling.
+func (r *run) tasksFor(k int) []envadapters.Task {
+	b := r.cfg.TasksPerIteration
+	out := make([]envadapters.Task, b)
+	for j := range out {
+		out[j] = r.pool[((k-1)*b+j)%len(r.pool)]
+	}
+	return out
+}
+
+func (r *run) rolloutRunner(seed int64, group int, temp float64) (*rollout.Runner, error) {
+	rc := r.cfg.rolloutConfig(seed)
+	rc.GroupSize, rc.Temperature = group, temp
+	return rollout.NewRunner(rc, r.env.Name, r.env.Factory, r.policy, r.log)
+}
+
+// evaluate plays Eval.Episodes tasks of eval-seen and eval-unseen greedily
+// with plain prompts and records them.
+func (r *run) evaluate(ctx context.Context, k int) (*EvalPoint, error) {
+	n := r.cfg.Eval.Episodes
+	ep := &EvalPoint{Iteration: k, Episodes: n}
+	if n == 0 {
+		return ep, nil
+	}
+	var lines []MetricsLine
+	for _, split := range []envadapters.Split{envadapters.EvalSeen, envadapters.EvalUnseen} {
+		m := min(n, r.env.Tasks.SplitSize(split))
+		tasks, err := r.env.Tasks.Tasks(split, m)
+		if err != nil {
+			return nil, fmt.Errorf("eval: listing %s tasks: %w", split, err)
+		}
+		runner, err := r.rolloutRunner(r.cfg.Seed, 1, 0)
+		if err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		trajs, err := runner.Run(ctx, tasks, k, r.progress(fmt.Sprintf("eval %s (iteration %d)", split, k)))
+		if err != nil {
+			return nil, fmt.Errorf("eval on %s: %w", split, err)
+		}
+		met := rollout.Summarize(trajs, time.Since(start))
+		if split == envadapters.EvalSeen {
+			ep.Seen, ep.SeenScore, ep.SeenByFamily = met.Success, met.MeanScore, met.SuccessByFamily
+		} else {
+			ep.Unseen, ep.UnseenScore, ep.UnseenByFamily = met.Success, met.MeanScore, met.SuccessByFamily
+		}
+		lines = append(lines, MetricsLine{Kind: "eval", Iteration: k, Time: time.Now(), Split: string(split), PerFamily: met.SuccessByFamily,
+			Values: map[string]float64{"success": met.Success, "score": met.MeanScore, "mean_steps": met.MeanSteps, "invalid_rate": met.InvalidRate, "episodes": float64(met.Episodes)}})
+	}
+	if err := appendMetrics(r.dir.metrics(), lines...); err != nil {
+		return nil, err
+	}
+	r.log.Info().Int("iteration", k).Float64("seen", ep.Seen).Float64("unseen", ep.Unseen).Msg("eval")
+	return ep, nil
+}
+
+// progress prints "label: done/total episodes (rate, ETA)" at most every 2 s.
+func (r *run) progress(label string) rollout.Progress {
+	start, last := time.Now(), time.Time{}
+	return func(done, total int) {
+		if r.deps.Progress == nil || (time.Since(last) < 2*time.Second && done < total) {
+			return
+		}
+		last = time.Now()
+		el := time.Since(start).Seconds()
+		eta := "?"
+		if done > 0 {
+			eta = (time.Duration(el/float64(done)*float64(total-done)) * time.Second).Round(time.Second).String()
+		}
+		fmt.Fprintf(r.deps.Progress, "%s: %d/%d episodes (%.1f/s, ETA %s)\n", label, done, total, float64(done)/max(el, 1e-9), eta)
+	}
+}
+
+// stage1 collects with the base policy, analyzes with the stage-1
+// analyzer, fine-tunes the policy to write those skills and publishes it.
+func (r *run) stage1(ctx context.Context) error {
+	start := time.Now()
+	g := r.cfg.Rollout.GroupSize
+	nTasks := max(1, (r.cfg.Stage1.Episodes+g-1)/g)
+	tasks := make([]envadapters.Task, nTasks)
+	for j := range tasks {
+		tasks[j] = r.pool[j%len(r.pool)]
+	}
+	runner, err := r.rolloutRunner(r.cfg.Seed+7_000_000, g, r.cfg.Rollout.Temperature)
+	if err != nil {
+		return err
+	}
+	trajs, err := runner.Run(ctx, tasks, 0, r.progress("stage 1 collect"))
+	if err != nil {
+		return fmt.Errorf("collecting: %w", err)
+	}
+	if err := rollout.WriteJSONL(r.dir.path("trajectories", "stage1.jsonl"), trajs); err != nil {
+		return err
+	}
+	an, err := r.stage1Analyzer()
+	if err != nil {
+		return err
+	}
+	recs, err := r.analyze(ctx, an, trajs, "stage1", 0)
+	if err != nil {
+		return fmt.Errorf("analyzing: %w", err)
+	}
+	if err := skills.WriteStore(r.dir.path("skills", "stage1.jsonl"), recs); err != nil {
+		return err
+	}
+	data, err := r.sftExamples(recs)
+	if err != nil {
+		return err
+	}
+	if len(data) == 0 {
+		return errors.New("the analyzer wrote no usable skill for any stage-1 trajectory")
+	}
+	l, err := r.deps.NewLearner(LearnerSpec{Policy: r.dir.abs(r.st.Checkpoint), Reference: r.dir.abs(r.st.Reference), RL: r.cfg.RL, Seed: uint64(r.cfg.Seed)})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	s1 := r.cfg.Stage1
+	var lastLoss float64
+	lastPrint := time.Time{}
+	err = l.SFT(ctx, data, SFTOptions{Epochs: s1.Epochs, LR: s1.LR, BatchTokens: s1.BatchTokens, MicroBatchTokens: s1.MicroBatchTokens, MaxLen: s1.MaxLen, Seed: uint64(r.cfg.Seed)},
+		func(step, steps int, loss float64) {
+			lastLoss = loss
+			if time.Since(lastPrint) > 2*time.Second || step == steps {
+				lastPrint = time.Now()
+				r.printf("stage 1 SFT: step %d/%d, loss %.3f\n", step, steps, loss)
+			}
+		})
+	if err != nil {
+		return fmt.Errorf("fine-tuning: %w", err)
+	}
+	ck := r.dir.checkpoint("stage1")
+	if err := l.Save(ctx, ck); err != nil {
+		return err
+	}
+	withSkill := 0
+	for _, rec := range recs {
+		if rec.Skill != nil {
+			withSkill++
+		}
+	}
+	if err := appendMetrics(r.dir.metrics(), MetricsLine{Kind: "stage1", Time: time.Now(), Values: map[string]float64{
+		"episodes": float64(len(trajs)), "skills": float64(withSkill), "sft_examples": float64(len(data)), "sft_final_loss": lastLoss,
+		"seconds": time.Since(start).Seconds(), "success": rollout.Summarize(trajs, 0).Success}}); err != nil {
+		return err
+	}
+	rel, _ := filepath.Rel(string(r.dir), ck)
+	r.st.Stage1Done, r.st.Checkpoint, r.st.Reference = true, rel, rel
+	if err := r.saveState(); err != nil {
+		return err
+	}
+	r.printf("stage 1: %d trajectories, %d skills, SFT on %d examples (final loss %.3f) in %s\n", len(trajs), withSkill, len(data), lastLoss, time.Since(start).Round(time.Second))
+	return r.serve(ctx, ck)
+}
+
+func (r *run) stage1Analyzer() (skills.Analyzer, error) {
+	if r.deps.Analyzer != nil {
+		return r.deps.Analyzer, nil
+	}
+	a := r.cfg.Stage1.Analyzer
+	switch a.Kind {
+	case "oracle":
+		return &skills.OracleAnalyzer{K: r.cfg.MaxStepSkills}, nil
+	case "external":
+		cc := inference.DefaultChatConfig(a.BaseURL, a.Model)
+		cc.APIKeyEnv = a.APIKeyEnv
+		client, err := inference.NewChatClient(cc, r.log)
+		if err != nil {
+			return nil, fmt.Errorf("stage-1 analyzer: %w", err)
+		}
+		return &skills.ExternalAnalyzer{Client: client, K: r.cfg.MaxStepSkills, MaxTokens: max(a.MaxTokens, 256), Model: a.Model}, nil
+	}
+	return nil, fmt.Errorf("stage-1 analyzer kind %q", a.Kind)
+}
+
+// analyze runs an analyzer over trajectories with their critical-step
+// candidates, in chunks, with progress.
+func (r *run) analyze(ctx context.Context, an skills.Analyzer, trajs []*rollout.Trajectory, label string, k int) ([]skills.Record, error) {
+	cc := skills.DefaultCriticalConfig()
+	cc.Gamma, cc.K = r.cfg.Gamma, r.cfg.MaxStepSkills
+	var reqs []skills.Request
+	for _, g := range skills.Groups(trajs) {
+		crit := skills.CriticalSteps(g, cc)
+		for _, t := range g {
+			reqs = append(reqs, skills.Request{Traj: t, Candidates: crit[t.ID]})
+		}
+	}
+	prog := r.progress(label + " analysis")
+	var recs []skills.Record
+	const chunk = 64
+	for lo := 0; lo < len(reqs); lo += chunk {
+		part, err := an.Analyze(ctx, reqs[lo:min(lo+chunk, len(reqs))])
+		if err != nil {
+			return nil, err
+		}
+		for i := range part {
+			part[i].Iteration = k
+		}
+		recs = append(recs, part...)
+		prog(len(recs), len(reqs))
+	}
+	return recs, nil
+}
+
+// sftExamples turns analyzer records into stage-1 sequences: the analysis
+// prompt exactly as self-analysis will send it, then the skill JSON and
+// EOS (trained on).
+func (r *run) sftExamples(recs []skills.Record) ([]SFTExample, error) {
+	var out []SFTExample
+	for _, rec := range recs {
+		if rec.Skill == nil || rec.Prompt == "" {
+			continue
+		}
+		prompt, err := r.policy.StartIDs("", rec.Prompt)
+		if err != nil {
+			return nil, fmt.Errorf("stage-1 prompt of %s: %w", rec.TrajectoryID, err)
+		}
+		js, err := json.Marshal(rec.Skill)
+		if err != nil {
+			return nil, err
+		}
+		target, err := r.policy.Tok.Encode(string(js))
+		if err != nil {
+			return nil, err
+		}
+		ids := append(append(prompt, target...), r.policy.EOS)
+		if len(ids) > r.cfg.Stage1.MaxLen {
+			r.log.Warn().Str("trajectory", rec.TrajectoryID).Int("tokens", len(ids)).Int("max_len", r.cfg.Stage1.MaxLen).Msg("stage-1 example longer than max_len: skipped")
+			continue
+		}
+		loss := make([]bool, len(ids))
+		for i := len(prompt); i < len(ids); i++ {
+			loss[i] = true
+		}
+		out = append(out, SFTExample{IDs: ids, Loss: loss})
+	}
+	return out, nil
+}
+
+// iterStats accumulates an iteration's metrics.
+type iterStats map[string]float64
+
+// iterate is one stage-2 iteration. Everything the next one needs is
+// written before state.json records it as finished.
+func (r *run) iterate(ctx context.Context, k int) error {
+	t0 := time.Now()
+	vals := iterStats{}
+	tasks := r.tasksFor(k)
+	runner, err := r.rolloutRunner(r.cfg.Seed*1_000_003+int64(k), r.cfg.Rollout.GroupSize, r.cfg.Rollout.Temperature)
+	if err != nil {
+		return err
+	}
+	trajs, err := runner.Run(ctx, tasks, k, r.progress(fmt.Sprintf("iteration %d/%d rollout", k, r.cfg.Iterations)))
+	if err != nil {
+		return fmt.Errorf("rollout: %w", err)
+	}
+	met := rollout.Summarize(trajs, time.Since(t0))
+	if err := rollout.WriteJSONL(r.dir.trajs(k), trajs); err != nil {
+		return err
+	}
+	vals["rollout_s"] = time.Since(t0).Seconds()
+	r.phase(k, "rollout")
+
+	// Skills.
+	t1 := time.Now()
+	var recs []skills.Record
+	sks := map[string]*skills.Skill{}
+	if r.cfg.Distills() {
+		an, err := r.iterationAnalyzer(k)
+		if err != nil {
+			return err
+		}
+		if recs, err = r.analyze(ctx, an, trajs, fmt.Sprintf("iteration %d/%d", k, r.cfg.Iterations), k); err != nil {
+			return fmt.Errorf("analysis: %w", err)
+		}
+		if r.cfg.Algo == AlgoRandomSkill {
+			list := make([]*skills.Skill, len(recs))
+			for i := range recs {
+				list[i] = recs[i].Skill
+			}
+			list = skills.Shuffle(list, uint64(r.cfg.Seed)*7919+uint64(k))
+			for i := range recs {
+				recs[i].Skill = list[i]
+			}
+		}
+		if err := skills.WriteStore(r.dir.skills(k), recs); err != nil {
+			return err
+		}
+		mode, _ := skills.ParseMode(r.cfg.SkillMode)
+		parsed := 0
+		for _, rec := range recs {
+			if rec.ParseError == "" && rec.Raw != "" {
+				parsed++
+			}
+			if rec.Skill != nil && !rec.Skill.Empty() {
+				sks[rec.TrajectoryID] = mode.Apply(rec.Skill)
+			}
+		}
+		vals["skill_share"] = float64(len(sks)) / float64(max(1, len(trajs)))
+		vals["skill_parse_ok"] = float64(parsed) / float64(max(1, len(recs)))
+	}
+	vals["analysis_s"] = time.Since(t1).Seconds()
+	r.phase(k, "analysis")
+
+	// Rows, teacher contexts and rescoring.
+	t2 := time.Now()
+	rows, err := r.buildRows(ctx, trajs, sks, vals)
+	if err != nil {
+		return err
+	}
+	vals["rescore_s"] = time.Since(t2).Seconds()
+	r.phase(k, "rescore")
+
+	// Update.
+	t3 := time.Now()
+	if len(rows) > 0 {
+		if err := r.update(ctx, k, rows, vals); err != nil {
+			return err
+		}
+	}
+	vals["update_s"] = time.Since(t3).Seconds()
+	r.phase(k, "update")
+
+	// Checkpoint and publish.
+	t4 := time.Now()
+	name := fmt.Sprintf("iter-%d", k)
+	ck := r.dir.checkpoint(name)
+	if err := r.learner.Save(ctx, ck); err != nil {
+		return fmt.Errorf("saving checkpoint: %w", err)
+	}
+	if err := r.serve(ctx, ck); err != nil {
+		return err
+	}
+	vals["publish_s"] = time.Since(t4).Seconds()
+	r.phase(k, "checkpoint")
+
+	vals["success"], vals["mean_return"], vals["mean_steps"], vals["invalid_rate"] = met.Success, met.MeanReturn, met.MeanSteps, met.InvalidRate
+	vals["score"], vals["tokens_generated"], vals["episodes"] = met.MeanScore, float64(met.TokensGenerated), float64(met.Episodes)
+	vals["iteration_s"] = time.Since(t0).Seconds()
+	lines := []MetricsLine{{Kind: "iteration", Iteration: k, Time: time.Now(), Values: vals, PerFamily: met.SuccessByFamily}}
+	if err := appendMetrics(r.dir.metrics(), lines...); err != nil {
+		return err
+	}
+	prev := r.st.Checkpoint
+	r.st.Iteration, r.st.Checkpoint, r.st.DataCursor = k, filepath.Join("checkpoints", name), k*r.cfg.TasksPerIteration
+	if err := r.saveState(); err != nil {
+		return err
+	}
+	// The previous iteration's checkpoint is no longer needed (stage 1's
+	// stays: it is the reference).
+	if filepath.Base(prev) != "stage1" && !filepath.IsAbs(prev) && prev != r.st.Reference {
+		os.RemoveAll(r.dir.abs(prev))
+	}
+	el := time.Since(r.start)
+	done := k - 0
+	eta := time.Duration(float64(el) / float64(done) * float64(r.cfg.Iterations-k))
+	r.printf("iteration %d/%d: rollout success %.1f%%, return %.2f, invalid %.1f%% | skills %.0f%%, gate %.2f, Δ>0 %.0f%% | loss %.4f | %s (rollout %.0fs, analysis %.0fs, rescore %.0fs, update %.0fs) ETA %s\n",
+		k, r.cfg.Iterations, 100*met.Success, met.MeanReturn, 100*met.InvalidRate, 100*vals["skill_share"], vals["gate_mean"], 100*vals["positive_shift"], vals["loss"],
+		time.Since(t0).Round(time.Second), vals["rollout_s"], vals["analysis_s"], vals["rescore_s"], vals["update_s"], eta.Round(time.Second))
+	if ev := r.cfg.Eval.Every; ev > 0 && k%ev == 0 && k < r.cfg.Iterations {
+		if _, err := r.evaluate(ctx, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *run) iterationAnalyzer(k int) (skills.Analyzer, error) {
+	switch r.cfg.Algo {
+	case AlgoStaticSkill:
+		return r.stage1Analyzer()
+	default:
+		return &skills.SelfAnalyzer{Policy: r.policy, MaxTokens: r.cfg.AnalysisTokens, Temperature: 0, K: r.cfg.MaxStepSkills, Snapshot: fmt.Sprintf("iter-%d", k-1)}, nil
+	}
+}
+
+// buildRows makes the training rows: plain sequences with advantages,
+// teacher log-probs on distilled tokens, reference log-probs for the KL.
+func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, sks map[string]*skills.Skill, vals iterStats) ([]Row, error) {
+	adv := Advantages(trajs, r.cfg.RL.AdvEps)
+	mode, _ := skills.ParseMode(r.cfg.SkillMode)
+	tmpl := rollout.TemplateFor(r.env.Name)
+	var rows []Row
+	type pending struct {
+		row  int
+		pair skills.SeqPair
+	}
+	var teacherSeqs [][]int
+	var pend []pending
+	for _, t := range trajs {
+		if t.EnvError != "" {
+			continue // a broken environment's episode is not evidence
+		}
+		tr, err := plainRows(t, adv[t.ID])
+		if err != nil {
+			return nil, err
+		}
+		if sk := sks[t.ID]; sk != nil {
+			tc, err := skills.BuildTeacher(t, sk, mode, tmpl, r.policy)
+			if err != nil {
+				return nil, fmt.Errorf("teacher context of %s: %w", t.ID, err)
+			}
+			seqs, err := attachTeacher(tr, tc)
+			if err != nil {
+				return nil, err
+			}
+			for i, s := range seqs {
+				if s != nil {
+					pend = append(pend, pending{row: len(rows) + i, pair: tc.Pairs[i]})
+					teacherSeqs = append(teacherSeqs, s)
+				}
+			}
+		}
+		rows = append(rows, tr...)
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	if len(teacherSeqs) > 0 {
+		lps, err := r.learner.Rescore(ctx, teacherSeqs)
+		if err != nil {
+			return nil, fmt.Errorf("teacher rescoring: %w", err)
+		}
+		for i, p := range pend {
+			fillTeacher(&rows[p.row], p.pair, lps[i])
+		}
+	}
+	if r.cfg.RL.KLCoef > 0 {
+		seqs := make([][]int, len(rows))
+		for i := range rows {
+			seqs[i] = rows[i].IDs
+		}
+		ref, err := r.learner.RescoreRef(ctx, seqs)
+		if err != nil {
+			return nil, fmt.Errorf("reference rescoring: %w", err)
+		}
+		for i := range rows {
+			rows[i].RefLogP = ref[i]
+		}
+	}
+	vals["rows"] = float64(len(rows))
+	vals["teacher_sequences"] = float64(len(teacherSeqs))
+	return rows, nil
+}
+
+// update runs the iteration's optimizer steps (MiniBatches of the rows in a
+// seeded order), averaging their metrics into vals.
+func (r *run) update(ctx context.Context, k int, rows []Row, vals iterStats) error {
+	rng := rand.New(rand.NewPCG(uint64(r.cfg.Seed), uint64(k)))
+	order := rng.Perm(len(rows))
+	nb := min(r.cfg.RL.MiniBatches, len(rows))
+	sum := map[string]float64{}
+	steps := 0
+	for b := 0; b < nb; b++ {
+		var batch []Row
+		for i := b; i < len(order); i += nb {
+			batch = append(batch, rows[order[i]])
+		}
+		if !anyTrained(batch) {
+			continue
+		}
+		st, err := r.learner.Step(ctx, batch)
+		if IsRefusal(err) {
+			r.st.Refusals++
+			r.log.Warn().Int("iteration", k).Int("mini_batch", b).Int("in_a_row", r.st.Refusals).Err(err).Msg("step refused (non-finite loss or gradient)")
+			vals["refused_steps"]++
+			if r.st.Refusals >= r.cfg.RL.MaxRefusals {
+				return fmt.Errorf("%d refused steps in a row (last: iteration %d mini-batch %d): %w", r.st.Refusals, k, b, err)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("update mini-batch %d: %w", b, err)
+		}
+		r.st.Refusals = 0
+		steps++
+		for name, v := range st {
+			sum[name] += v
+		}
+	}
+	keys := make([]string, 0, len(sum))
+	for name := range sum {
+		keys = append(keys, name)
+	}
+	sort.Strings(keys)
+	for _, name := range keys {
+		vals[name] = sum[name] / float64(max(1, steps))
+	}
+	vals["optimizer_steps"] = float64(steps)
+	return nil
+}
+
+func anyTrained(rows []Row) bool {
+	for _, r := range rows {
+		for _, t := range r.Train {
+			if t {
+				return true
+			}
+		}
+	}
+	return false
+}

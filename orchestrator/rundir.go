@@ -1,0 +1,194 @@
+package orchestrator
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// State is state.json: what a resumed run needs to continue. It is written
+// (atomically) only after everything the next step needs is on disk.
+type State struct {
+	Version    int    `json:"version"`
+	Algo       string `json:"algo"`
+	Seed       int64  `json:"seed"`
+	Stage1Done bool   `json:"stage1_done"`
+	// Iteration is the number of finished stage-2 iterations.
+	Iteration int `json:"iteration"`
+	// Checkpoint is the current policy (relative to the run directory, or
+	// the base model's absolute path before any training).
+	Checkpoint string `json:"checkpoint"`
+	Reference  string `json:"reference"`
+	// DataCursor is the number of training tasks consumed so far.
+	DataCursor int        `json:"data_cursor"`
+	Refusals   int        `json:"refusals_in_a_row"`
+	BaseEval   *EvalPoint `json:"base_eval,omitempty"`
+	FinalEval  *EvalPoint `json:"final_eval,omitempty"`
+	Done       bool       `json:"done"`
+	Updated    time.Time  `json:"updated"`
+}
+
+const stateVersion = 1
+
+// Paths of a run directory (DESIGN §4).
+type runDir string
+
+func (d runDir) path(parts ...string) string {
+	return filepath.Join(append([]string{string(d)}, parts...)...)
+}
+func (d runDir) config() string     { return d.path("config.json") }
+func (d runDir) state() string      { return d.path("state.json") }
+func (d runDir) metrics() string    { return d.path("metrics.jsonl") }
+func (d runDir) report() string     { return d.path("report") }
+func (d runDir) trajs(k int) string { return d.path("trajectories", fmt.Sprintf("iter-%d.jsonl", k)) }
+func (d runDir) skills(k int) string {
+	return d.path("skills", fmt.Sprintf("iter-%d.jsonl", k))
+}
+func (d runDir) checkpoint(name string) string { return d.path("checkpoints", name) }
+
+// abs resolves a checkpoint recorded in the state.
+func (d runDir) abs(p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return d.path(p)
+}
+
+// writeAtomic writes b to path through a synced temporary file and rename.
+func writeAtomic(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(path, append(b, '\n')); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+func readState(d runDir) (*State, error) {
+	b, err := os.ReadFile(d.state())
+	if err != nil {
+		return nil, fmt.Errorf("reading run state: %w", err)
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("run state %s: %w", d.state(), err)
+	}
+	if s.Version != stateVersion {
+		return nil, fmt.Errorf("run state %s: version %d, this seedctl writes %d", d.state(), s.Version, stateVersion)
+	}
+	return &s, nil
+}
+
+// MetricsLine is one line of metrics.jsonl.
+type MetricsLine struct {
+	Kind      string             `json:"kind"` // "iteration", "eval", "stage1"
+	Iteration int                `json:"iteration"`
+	Time      time.Time          `json:"time"`
+	Values    map[string]float64 `json:"values"`
+	// Split and PerFamily for evals.
+	Split     string             `json:"split,omitempty"`
+	PerFamily map[string]float64 `json:"per_family,omitempty"`
+}
+
+// ReadMetrics reads metrics.jsonl, naming a bad line.
+func ReadMetrics(path string) ([]MetricsLine, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var raw [][]byte
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<26)
+	for sc.Scan() {
+		raw = append(raw, append([]byte(nil), sc.Bytes()...))
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	var out []MetricsLine
+	for n, b := range raw {
+		if len(bytes.TrimSpace(b)) == 0 {
+			continue
+		}
+		var m MetricsLine
+		if err := json.Unmarshal(b, &m); err != nil {
+			if n == len(raw)-1 { // a line torn by a kill: its work was not finished
+				break
+			}
+			return nil, fmt.Errorf("%s line %d: %w", path, n+1, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// appendMetrics appends lines to metrics.jsonl and syncs.
+func appendMetrics(path string, lines ...MetricsLine) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("appending metrics: %w", err)
+	}
+	defer f.Close()
+	for _, l := range lines {
+		b, err := json.Marshal(l)
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write(append(b, '\n')); err != nil {
+			return fmt.Errorf("appending metrics: %w", err)
+		}
+	}
+	return f.Sync()
+}
+
+// trimMetrics keeps only lines of finished work (iterations ≤ done, and
+// stage-1 and base-eval lines when kept) so a resumed run appends nothing
+// twice.
+func trimMetrics(path string, keep func(MetricsLine) bool) error {
+	lines, err := ReadMetrics(path)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	for _, l := range lines {
+		if keep(l) {
+			b, _ := json.Marshal(l)
+			buf.Write(append(b, '\n'))
+		}
+	}
+	return writeAtomic(path, buf.Bytes())
+}
