@@ -130,14 +130,14 @@ type Config struct {
 		InvalidPenalty float64 `json:"invalid_penalty"`
 		MaxInFlight    int     `json:"max_in_flight"`
 	} `json:"rollout"`
-	SkillMode        string    `json:"skill_mode"`
-	MaxStepSkills    int       `json:"max_step_skills"`
-	Gamma            float64   `json:"gamma"`
-	AnalysisTokens   int       `json:"analysis_max_tokens"`
-	RL               RLConfig  `json:"rl"`
+	SkillMode        string     `json:"skill_mode"`
+	MaxStepSkills    int        `json:"max_step_skills"`
+	Gamma            float64    `json:"gamma"`
+	AnalysisTokens   int        `json:"analysis_max_tokens"`
+	RL               RLConfig   `json:"rl"`
 	Eval             EvalConfig `json:"eval"`
-	RescoreMaxTokens int       `json:"rescore_max_tokens"`
-	RetryFor         Duration  `json:"retry_for"`
+	RescoreMaxTokens int        `json:"rescore_max_tokens"`
+	RetryFor         Duration   `json:"retry_for"`
 }
 
 // Duration reads "30s"-style strings in JSON.

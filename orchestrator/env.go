@@ -48,4 +48,6 @@ func (r remoteTasks) Tasks(s envadapters.Split, n int) ([]envadapters.Task, erro
 
 type agentgymFactory struct{ cfg agentgym.Config }
 
-func (f agentgymFactory) New(envadapters.Options) (envadapters.Env, error) { return agentgym.New(f.cfg) }
+func (f agentgymFactory) New(envadapters.Options) (envadapters.Env, error) {
+	return agentgym.New(f.cfg)
+}

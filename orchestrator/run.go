@@ -53,14 +53,14 @@ type Deps struct {
 
 // EvalPoint is one evaluation of a policy on eval-seen and eval-unseen.
 type EvalPoint struct {
-	Iteration       int                `json:"iteration"`
-	Seen            float64            `json:"seen_success"`
-	Unseen          float64            `json:"unseen_success"`
-	SeenScore       float64            `json:"seen_score"`
-	UnseenScore     float64            `json:"unseen_score"`
-	Episodes        int                `json:"episodes"`
-	SeenByFamily    map[string]float64 `json:"seen_by_family"`
-	UnseenByFamily  map[string]float64 `json:"unseen_by_family"`
+	Iteration      int                `json:"iteration"`
+	Seen           float64            `json:"seen_success"`
+	Unseen         float64            `json:"unseen_success"`
+	SeenScore      float64            `json:"seen_score"`
+	UnseenScore    float64            `json:"unseen_score"`
+	Episodes       int                `json:"episodes"`
+	SeenByFamily   map[string]float64 `json:"seen_by_family"`
+	UnseenByFamily map[string]float64 `json:"unseen_by_family"`
 }
 
 // Result is a finished run.
