@@ -98,6 +98,11 @@ type RLConfig struct {
 	MaxRefusals int `json:"max_refusals"`
 	// AdvEps is ε in A = (R − mean)/(std + ε).
 	AdvEps float64 `json:"adv_eps"`
+	// ServerOldLogP uses the server's sampling log-probs as ℓold instead of
+	// recomputing them with the trainer (as verl does). Recomputing costs a
+	// forward pass but makes the update independent of the server's batch
+	// composition and precision; the gap is logged as old_logp_max_gap.
+	ServerOldLogP bool `json:"server_old_logp,omitempty"`
 }
 
 // EvalConfig is the periodic evaluation (greedy, plain prompts).

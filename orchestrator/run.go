@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -701,11 +702,27 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, sks ma
 			fillTeacher(&rows[p.row], p.pair, lps[i])
 		}
 	}
-	if r.cfg.RL.KLCoef > 0 {
-		seqs := make([][]int, len(rows))
-		for i := range rows {
-			seqs[i] = rows[i].IDs
+	seqs := make([][]int, len(rows))
+	for i := range rows {
+		seqs[i] = rows[i].IDs
+	}
+	if !r.cfg.RL.ServerOldLogP {
+		cur, err := r.learner.Rescore(ctx, seqs)
+		if err != nil {
+			return nil, fmt.Errorf("recomputing sampling log-probs: %w", err)
 		}
+		gap := 0.0
+		for i := range rows {
+			for k, tr := range rows[i].Train {
+				if tr {
+					gap = math.Max(gap, math.Abs(float64(cur[i][k]-rows[i].OldLogP[k])))
+				}
+			}
+			rows[i].OldLogP = cur[i]
+		}
+		vals["old_logp_max_gap"] = gap
+	}
+	if r.cfg.RL.KLCoef > 0 {
 		ref, err := r.learner.RescoreRef(ctx, seqs)
 		if err != nil {
 			return nil, fmt.Errorf("reference rescoring: %w", err)
