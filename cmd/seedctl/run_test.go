@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -115,3 +117,28 @@ func TestRunEndToEndTinyModel(t *testing.T) {
 }
 
 func itoa(k int) string { b, _ := json.Marshal(k); return string(b) }
+
+// The shipped GPU configs parse and validate (they cannot run here).
+func TestShippedConfigsCheck(t *testing.T) {
+	files, _ := filepath.Glob("../../configs/*.json")
+	if len(files) < 3 {
+		t.Fatalf("found %d configs", len(files))
+	}
+	var out bytes.Buffer
+	app := newApp()
+	app.Writer = &out
+	if err := app.Run(append([]string{"seedctl", "config", "check"}, files...)); err != nil {
+		t.Fatalf("config check: %v\n%s", err, out.String())
+	}
+	if strings.Count(out.String(), ": ok") != len(files) {
+		t.Errorf("output:\n%s", out.String())
+	}
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(bad, []byte(`{"algo": "seed", "rl": {"lr": 1e-6, "lamda": 0.1}}`), 0o644)
+	out.Reset()
+	app = newApp()
+	app.Writer = &out
+	if err := app.Run([]string{"seedctl", "config", "check", bad}); err == nil || !strings.Contains(out.String(), "lamda") {
+		t.Errorf("a misspelt field passed: %v\n%s", err, out.String())
+	}
+}

@@ -1,0 +1,177 @@
+package orchestrator
+
+import (
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/seedctl/seedctl/rollout"
+	"github.com/seedctl/seedctl/skills"
+)
+
+func validConfig() Config {
+	c := Default()
+	c.Model = "/models/x"
+	return c
+}
+
+func TestConfigValidateNamesTheField(t *testing.T) {
+	tests := []struct {
+		edit func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Algo = "ppo" }, "algo"},
+		{func(c *Config) { c.Model = "" }, "model"},
+		{func(c *Config) { c.Backend.Kind = "vllm" }, "base_url"},
+		{func(c *Config) { c.Env.Kind = "agentgym" }, "agentgym"},
+		{func(c *Config) { c.DataShare = 1.5 }, "data_share"},
+		{func(c *Config) { c.Rollout.GroupSize = 1 }, "group_size"},
+		{func(c *Config) { c.RL.ClipEps = 1 }, "clip_eps"},
+		{func(c *Config) { c.Stage1.Analyzer.Kind = "external" }, "external analyzer"},
+		{func(c *Config) { c.SkillMode = "all" }, "skill_mode"},
+		{func(c *Config) { c.Rollout.Mode = "stream" }, "mode"},
+	}
+	for _, tc := range tests {
+		c := validConfig()
+		tc.edit(&c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("want an error naming %q, got %v", tc.want, err)
+		}
+	}
+	if err := validConfig().Validate(); err != nil {
+		t.Errorf("default config: %v", err)
+	}
+	c := validConfig()
+	c.Algo, c.Stage1.Episodes = AlgoGRPO, 0 // GRPO has no stage 1
+	if err := c.Validate(); err != nil {
+		t.Errorf("grpo without stage 1: %v", err)
+	}
+}
+
+func TestLoadRejectsUnknownFieldsAndNamesLines(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte("{\n \"algo\": \"seed\",\n \"rl\": {\"lamda\": 1}\n}"), 0o644)
+	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), "lamda") {
+		t.Errorf("misspelt field: %v", err)
+	}
+	broken := filepath.Join(dir, "broken.json")
+	os.WriteFile(broken, []byte("{\n \"algo\": \"seed\",\n \"seed\": ,\n}"), 0o644)
+	if _, err := Load(broken); err == nil || !strings.Contains(err.Error(), "line 3") {
+		t.Errorf("syntax error: %v", err)
+	}
+	good := filepath.Join(dir, "good.json")
+	os.WriteFile(good, []byte(`{"algo": "grpo", "retry_for": "45s"}`), 0o644)
+	c, err := Load(good)
+	if err != nil || c.Algo != AlgoGRPO || c.RL.Beta != 5 || c.RetryFor.String() != "45s" {
+		t.Errorf("load over defaults: %+v, %v", c.RL, err)
+	}
+}
+
+func (d Duration) String() string { b, _ := d.MarshalJSON(); return strings.Trim(string(b), `"`) }
+
+func traj(id string, group int, ret float64) *rollout.Trajectory {
+	return &rollout.Trajectory{ID: id, Group: group, Return: ret, Mode: rollout.ModeWindow}
+}
+
+func TestAdvantagesPerGroup(t *testing.T) {
+	trajs := []*rollout.Trajectory{traj("a", 0, 1), traj("b", 0, 0), traj("c", 0, 0), traj("d", 0, 1), traj("e", 1, 0.5), traj("f", 1, 0.5)}
+	adv := Advantages(trajs, 1e-6)
+	// Group 0: mean 0.5, unbiased std sqrt(1/3).
+	want := 0.5 / math.Sqrt(1.0/3)
+	if math.Abs(adv["a"]-want) > 1e-5 || math.Abs(adv["b"]+want) > 1e-5 {
+		t.Errorf("group 0 advantages %v %v, want ±%v", adv["a"], adv["b"], want)
+	}
+	if adv["e"] != 0 || adv["f"] != 0 {
+		t.Errorf("equal returns must give 0, got %v %v", adv["e"], adv["f"])
+	}
+}
+
+func windowTraj() *rollout.Trajectory {
+	t := traj("t", 0, 1)
+	t.Steps = []rollout.Step{
+		{PromptIDs: []int{1, 2, 3}, ResponseIDs: []int{7, 8}, LogProbs: []float64{-0.5, -0.25}},
+		{PromptIDs: []int{1, 2, 4}, ResponseIDs: []int{9}, LogProbs: []float64{-1}},
+	}
+	return t
+}
+
+func TestPlainRowsWindowMode(t *testing.T) {
+	rows, err := plainRows(windowTraj(), 0.7)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("%d rows, %v", len(rows), err)
+	}
+	r := rows[0]
+	if !equalIDs(r.IDs, []int{1, 2, 3, 7, 8}) || r.Train[2] || !r.Train[3] || !r.Train[4] || r.OldLogP[4] != -0.25 || r.Advantage != 0.7 {
+		t.Errorf("row 0 %+v", r)
+	}
+}
+
+func TestAttachTeacherAlignsAndRefusesMismatch(t *testing.T) {
+	rows, _ := plainRows(windowTraj(), 1)
+	tc := &skills.TeacherContext{TrajectoryID: "t", Pairs: []skills.SeqPair{
+		{Plain: []int{1, 2, 3, 7, 8}, Teacher: []int{1, 50, 51, 2, 3, 7, 8}, Spans: []skills.Span{{Step: 0, PlainStart: 3, TeacherStart: 5, Len: 2, Distill: true}}},
+		{Plain: []int{1, 2, 4, 9}, Teacher: []int{1, 2, 4, 9}, Spans: []skills.Span{{Step: 1, PlainStart: 3, TeacherStart: 3, Len: 1, Distill: false}}},
+	}}
+	seqs, err := attachTeacher(rows, tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seqs[0] == nil || seqs[1] != nil || rows[1].Distill != nil || !rows[0].Distill[3] || !rows[0].Distill[4] || rows[0].Distill[2] {
+		t.Fatalf("teacher sequences %v, distill %v / %v", seqs, rows[0].Distill, rows[1].Distill)
+	}
+	fillTeacher(&rows[0], tc.Pairs[0], []float32{0, -9, -9, -9, -9, -0.1, -0.2})
+	if rows[0].TeacherLogP[3] != -0.1 || rows[0].TeacherLogP[4] != -0.2 {
+		t.Errorf("teacher log-probs %v", rows[0].TeacherLogP)
+	}
+	rows, _ = plainRows(windowTraj(), 1)
+	tc.Pairs[1].Plain = []int{1, 2, 5, 9}
+	if _, err := attachTeacher(rows, tc); !errors.Is(err, skills.ErrMisaligned) {
+		t.Errorf("mismatched plain sequence: %v", err)
+	}
+}
+
+func TestMetricsTornLineAndTrim(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "metrics.jsonl")
+	if err := appendMetrics(p, MetricsLine{Kind: "iteration", Iteration: 1}, MetricsLine{Kind: "iteration", Iteration: 2}); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"kind":"iteration","itera`) // killed mid-write
+	f.Close()
+	lines, err := ReadMetrics(p)
+	if err != nil || len(lines) != 2 {
+		t.Fatalf("%d lines, %v", len(lines), err)
+	}
+	if err := trimMetrics(p, func(l MetricsLine) bool { return l.Iteration <= 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if lines, _ := ReadMetrics(p); len(lines) != 1 || lines[0].Iteration != 1 {
+		t.Errorf("after trim: %+v", lines)
+	}
+	os.WriteFile(p, []byte("garbage\n{\"kind\":\"eval\"}\n"), 0o644)
+	if _, err := ReadMetrics(p); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("corrupt first line: %v", err)
+	}
+}
+
+func TestTrainPoolNestsAcrossShares(t *testing.T) {
+	src := fakeTasks{n: 100}
+	small, err := trainPool(src, 0.2, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, _ := trainPool(src, 0.6, 3)
+	if len(small) != 20 || len(big) != 60 {
+		t.Fatalf("pool sizes %d, %d", len(small), len(big))
+	}
+	for i := range small {
+		if small[i].ID != big[i].ID {
+			t.Fatal("the 20% pool is not a prefix of the 60% pool")
+		}
+	}
+}
