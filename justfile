@@ -32,3 +32,11 @@ lint:
 # Check this machine: libtorch, device, BLAS, matmul GFLOP/s, tools
 doctor: build
     ./bin/seedctl doctor
+
+# The main job: SEED on the embedded default (household, tiny base model built on first use, CPU); ARGS go to `seedctl run`
+run *ARGS: build
+    ./bin/seedctl run {{ARGS}}
+
+# The same with GRPO only (the baseline), for comparison
+run-grpo *ARGS: build
+    ./bin/seedctl run --algo grpo {{ARGS}}

@@ -86,6 +86,9 @@ type run struct {
 	log     zerolog.Logger
 	start   time.Time
 	pool    []envadapters.Task
+	// firstIter is the first iteration this process runs (for the ETA).
+	firstIter int
+	loopStart time.Time
 }
 
 // Start begins a new run in cfg.RunsDir/cfg.Name. A folder that already
@@ -183,6 +186,7 @@ func execute(ctx context.Context, cfg Config, deps Deps, dir runDir, st *State) 
 	if r.learner, err = deps.NewLearner(LearnerSpec{Policy: dir.abs(st.Checkpoint), Reference: dir.abs(st.Reference), RL: cfg.RL, Seed: uint64(cfg.Seed)}); err != nil {
 		return nil, fmt.Errorf("loading the learner: %w", err)
 	}
+	r.firstIter, r.loopStart = st.Iteration+1, time.Now()
 	for k := st.Iteration + 1; k <= cfg.Iterations; k++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -628,8 +632,13 @@ func (r *run) iterate(ctx context.Context, k int) error {
 	if filepath.Base(prev) != "stage1" && !filepath.IsAbs(prev) && prev != r.st.Reference {
 		os.RemoveAll(r.dir.abs(prev))
 	}
-	el := time.Since(r.start)
-	done := k - 0
+	ev := r.log.Info().Int("iteration", k).Str("algo", r.cfg.Algo)
+	for _, key := range []string{"success", "mean_return", "invalid_rate", "skill_share", "loss", "grpo_loss", "opd_loss", "kl", "gate_mean", "positive_shift", "clip_frac", "grad_norm", "entropy", "iteration_s"} {
+		ev = ev.Float64(key, vals[key])
+	}
+	ev.Msg("iteration finished")
+	el := time.Since(r.loopStart)
+	done := k - r.firstIter + 1
 	eta := time.Duration(float64(el) / float64(done) * float64(r.cfg.Iterations-k))
 	r.printf("iteration %d/%d: rollout success %.1f%%, return %.2f, invalid %.1f%% | skills %.0f%%, gate %.2f, Δ>0 %.0f%% | loss %.4f | %s (rollout %.0fs, analysis %.0fs, rescore %.0fs, update %.0fs) ETA %s\n",
 		k, r.cfg.Iterations, 100*met.Success, met.MeanReturn, 100*met.InvalidRate, 100*vals["skill_share"], vals["gate_mean"], 100*vals["positive_shift"], vals["loss"],
