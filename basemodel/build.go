@@ -22,7 +22,7 @@ import (
 
 // RecipeVersion changes whenever the way base models are built changes, so
 // cached models from older recipes are rebuilt.
-const RecipeVersion = 4
+const RecipeVersion = 5
 
 // Recipe is everything that determines a base model.
 type Recipe struct {
@@ -41,6 +41,8 @@ type Recipe struct {
 	KVHeads   int               `json:"kv_heads"`
 	Inter     int               `json:"intermediate"`
 	SFT       trainer.SFTConfig `json:"sft"`
+	// PromptLoss trains on every token, not only the responses.
+	PromptLoss bool `json:"prompt_loss,omitempty"`
 	Seed      uint64            `json:"seed"`
 }
 
@@ -164,6 +166,16 @@ func Build(ctx context.Context, r Recipe, out string, log zerolog.Logger, progre
 		return err
 	}
 	log.Info().Int("examples", len(examples)).Int("tokens", tokens).Msg("corpus encoded")
+	if r.PromptLoss {
+		// Language-model loss on every token: predicting the observations
+		// (which repeat entity names and numbers from the prompt) is copying
+		// practice that the action tokens alone give too little of.
+		for _, ex := range examples {
+			for k := 1; k < len(ex.Loss); k++ {
+				ex.Loss[k] = true
+			}
+		}
+	}
 
 	eos, _ := tok.TokenID("<|im_end|>")
 	bos, _ := tok.TokenID("<|endoftext|>")

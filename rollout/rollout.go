@@ -207,6 +207,26 @@ func (r *Runner) windowText(e *episode) string {
 	return WindowText(r.template, e.traj.FirstObservation, e.traj.Steps, r.cfg.Window, e.last.Observation, e.last.Admissible)
 }
 
+// PlacesIn lists the places an ALFWorld-style first observation names
+// ("… you see a cabinet 1, a drawer 2, and a sinkbasin 1."), in order.
+func PlacesIn(firstObs string) []string {
+	_, rest, ok := strings.Cut(firstObs, "you see ")
+	if !ok {
+		return nil
+	}
+	list, _, _ := strings.Cut(rest, ".")
+	var out []string
+	for _, item := range strings.Split(list, ",") {
+		item = strings.TrimSpace(item)
+		item = strings.TrimPrefix(item, "and ")
+		item = strings.TrimPrefix(strings.TrimPrefix(item, "a "), "an ")
+		if item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
 // WindowText is a window-mode user turn: the first observation (with the
 // task line), the last `window` steps (action and observation), the current
 // observation, the admissible actions and the action request. Pre-training
@@ -215,18 +235,26 @@ func WindowText(tmpl Template, firstObs string, past []Step, window int, obs str
 	var b strings.Builder
 	b.WriteString(strings.TrimSpace(firstObs))
 	if n := len(past); n > 0 {
-		// Places visited so far: the window shows only the last steps, and
-		// a search needs to know where it has already looked.
-		var visited []string
+		// Places not visited yet: the window shows only the last steps, and
+		// a search needs to know where it has not looked.
 		seen := map[string]bool{}
 		for _, s := range past {
-			if p, ok := strings.CutPrefix(s.Action, "go to "); ok && !seen[p] {
+			if p, ok := strings.CutPrefix(s.Action, "go to "); ok {
 				seen[p] = true
-				visited = append(visited, p)
 			}
 		}
-		if len(visited) > 0 {
-			b.WriteString("\nPlaces visited so far: " + strings.Join(visited, ", ") + ".")
+		if tmpl.ListUnvisited {
+			var left []string
+			for _, p := range PlacesIn(firstObs) {
+				if !seen[p] {
+					left = append(left, p)
+				}
+			}
+			if len(left) > 0 {
+				b.WriteString("\nPlaces not visited yet: " + strings.Join(left, ", ") + ".")
+			} else {
+				b.WriteString("\nPlaces not visited yet: none.")
+			}
 		}
 		from := max(0, n-window)
 		fmt.Fprintf(&b, "\nYou have taken %d steps. The last %d:", n, n-from)

@@ -20,6 +20,10 @@ type Template struct {
 	// are all named in the first observation), which keeps household turns
 	// short enough for small models.
 	SkipGoTo bool
+	// ListUnvisited adds, in window mode, the places named in the first
+	// observation that the episode has not gone to yet, in their listed
+	// order: a search needs them, and the window shows only recent steps.
+	ListUnvisited bool
 	// Extract reads the action from the model's text; ok is false when the
 	// output has no usable action (an invalid step, never a crash).
 	Extract func(text string, admissible []string) (action string, ok bool)
@@ -66,6 +70,7 @@ var Templates = map[string]Template{
 		ActionRequest:  "Next action (go to any place listed at the start, or one of the actions above), inside <action></action>:",
 		ListAdmissible: true,
 		SkipGoTo:       true,
+		ListUnvisited:  true,
 		Extract:        ExtractTagged,
 	},
 	"webshop": {

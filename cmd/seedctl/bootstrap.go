@@ -47,6 +47,7 @@ func bootstrapCommand() *cli.Command {
 			&cli.Float64Flag{Name: "epochs", Usage: "override the pre-training epochs"},
 			&cli.IntFlag{Name: "batch-tokens", Usage: "override the padded tokens per optimizer step"},
 			&cli.Float64Flag{Name: "lr", Usage: "override the peak learning rate"},
+			&cli.BoolFlag{Name: "prompt-loss", Usage: "train on every token (observations too), not only the responses"},
 			&cli.BoolFlag{Name: "rebuild", Usage: "build even when a cached model exists"},
 		},
 		Action: func(c *cli.Context) error {
@@ -67,6 +68,9 @@ func bootstrapCommand() *cli.Command {
 			}
 			if lr := c.Float64("lr"); lr > 0 {
 				r.SFT.LR = lr
+			}
+			if c.IsSet("prompt-loss") {
+				r.PromptLoss = c.Bool("prompt-loss")
 			}
 			if err := r.SFT.Validate(); err != nil {
 				return cli.Exit("model bootstrap: "+err.Error(), 2)
