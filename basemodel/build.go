@@ -42,8 +42,8 @@ type Recipe struct {
 	Inter     int               `json:"intermediate"`
 	SFT       trainer.SFTConfig `json:"sft"`
 	// PromptLoss trains on every token, not only the responses.
-	PromptLoss bool `json:"prompt_loss,omitempty"`
-	Seed      uint64            `json:"seed"`
+	PromptLoss bool   `json:"prompt_loss,omitempty"`
+	Seed       uint64 `json:"seed"`
 }
 
 // DefaultRecipe is the measured default for env and size ("tiny" or "small").
