@@ -93,7 +93,7 @@ func (c Chart) Render(w, h int) (*image.RGBA, error) {
 	}
 	img := image.NewRGBA(image.Rect(0, 0, w, h))
 	fill(img, img.Bounds(), color.RGBA{255, 255, 255, 255})
-	left, right, top, bottom := 60, w-20, 30, h-45
+	left, right, top, bottom := 60, w-20, 46, h-45
 	px := func(x float64) int { return left + int((x-xmin)/(xmax-xmin)*float64(right-left)+0.5) }
 	py := func(y float64) int { return bottom - int((y-ymin)/(ymax-ymin)*float64(bottom-top)+0.5) }
 	grey, black := color.RGBA{220, 220, 220, 255}, color.RGBA{0, 0, 0, 255}
@@ -106,9 +106,9 @@ func (c Chart) Render(w, h int) (*image.RGBA, error) {
 	}
 	line(img, left, bottom, right, bottom, black)
 	line(img, left, top, left, bottom, black)
-	text(img, left, 18, c.Title, black)
+	text(img, left, 16, c.Title, black)
 	text(img, (left+right)/2-len(c.XLabel)*3, h-8, c.XLabel, black)
-	text(img, 4, top-12+0, c.YLabel, black)
+	text(img, 4, top-12, c.YLabel, black)
 	for si, s := range c.Series {
 		col := palette[si%len(palette)]
 		if s.Lo != nil {
