@@ -13,6 +13,7 @@ import (
 	"github.com/seedctl/seedctl/envadapters"
 	"github.com/seedctl/seedctl/envadapters/household"
 	"github.com/seedctl/seedctl/rollout"
+	"github.com/seedctl/seedctl/skills"
 	"github.com/seedctl/seedctl/tokenizer"
 )
 
@@ -113,6 +114,15 @@ func TestEncodeMatchesRolloutPrompts(t *testing.T) {
 			past = append(past, rollout.Step{Action: s.Action, Observation: s.After})
 			k++
 		}
+		if e.AnalysisPrompt != "" {
+			prompt, _ := p.StartIDs("", e.AnalysisPrompt)
+			ans, _ := tok.Encode(e.AnalysisAnswer)
+			want := append(append(append([]int(nil), prompt...), ans...), p.EOS)
+			if !reflect.DeepEqual(ex[k].IDs, want) || ex[k].Loss[len(prompt)-1] || !ex[k].Loss[len(prompt)] {
+				t.Fatalf("example %d is not the analysis prompt + skill JSON", k)
+			}
+			k++
+		}
 	}
 	if k != len(ex) {
 		t.Fatalf("%d examples for %d steps", len(ex), k)
@@ -143,5 +153,26 @@ func TestEnsureBuildsOnceAndReuses(t *testing.T) {
 	r2.Seed = 2
 	if r2.Key() == r.Key() {
 		t.Error("a changed recipe keeps its key")
+	}
+}
+
+// Skill-writing examples: the analysis prompt of the demonstrated episode
+// and an answer that parses as skill JSON with the episode's outcome.
+func TestCorpusAnalysisExamples(t *testing.T) {
+	r, _ := DefaultRecipe(household.Name, "tiny")
+	r.Corpus.Episodes, r.Corpus.AnalysisShare = 12, 1
+	b, _ := envadapters.Lookup(household.Name)
+	eps, err := GenerateCorpus(context.Background(), b, r.Corpus, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range eps {
+		if e.AnalysisPrompt == "" || !strings.Contains(e.AnalysisPrompt, e.Task.Goal) {
+			t.Fatalf("%s: analysis prompt %q", e.Task.ID, e.AnalysisPrompt)
+		}
+		sk, err := skills.Parse(e.AnalysisAnswer, skills.ParseOptions{MaxStep: skills.DefaultMaxStepSkills, Candidates: nil})
+		if err != nil || sk.EpisodeSkill == "" {
+			t.Errorf("%s: answer %q: %v", e.Task.ID, e.AnalysisAnswer, err)
+		}
 	}
 }

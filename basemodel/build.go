@@ -22,7 +22,7 @@ import (
 
 // RecipeVersion changes whenever the way base models are built changes, so
 // cached models from older recipes are rebuilt.
-const RecipeVersion = 5
+const RecipeVersion = 6
 
 // Recipe is everything that determines a base model.
 type Recipe struct {
@@ -52,16 +52,20 @@ func DefaultRecipe(env, size string) (Recipe, error) {
 	// made pre-training ~6x slower per step on 2 cores (attention over long
 	// contexts); see the README's base-model section for what was measured.
 	r := Recipe{Version: RecipeVersion, Env: env, Size: size, Seed: 1, Mode: rollout.ModeWindow, Window: 3,
-		Corpus: CorpusConfig{Episodes: 1200, Noise: 0.1, HintShare: 0.35, StepHintShare: 0.3, Seed: 1, MaxSteps: 30}}
+		Corpus: CorpusConfig{Episodes: 400, Noise: 0.1, HintShare: 0.35, StepHintShare: 0.3, Seed: 1, MaxSteps: 30, AnalysisShare: 0.25},
+		PromptLoss: true}
+	// Small batches (more optimizer steps for the same compute) and the
+	// loss on every token measured better than 8k-token batches on actions
+	// only (README, "Tiny base policies").
 	sft := trainer.DefaultSFTConfig()
-	sft.Epochs, sft.BatchTokens, sft.MaxLen, sft.LR, sft.WarmupFrac = 1, 8192, 2048, 3e-3, 0.05
+	sft.Epochs, sft.BatchTokens, sft.MaxLen, sft.LR, sft.WarmupFrac = 1, 4096, 4096, 3e-3, 0.05
 	r.SFT = sft
 	switch size {
 	case "tiny":
 		r.VocabSize, r.Hidden, r.Layers, r.Heads, r.KVHeads, r.Inter = 1024, 128, 4, 4, 2, 384
 	case "small":
 		r.VocabSize, r.Hidden, r.Layers, r.Heads, r.KVHeads, r.Inter = 2048, 192, 6, 6, 2, 512
-		r.Corpus.Episodes = 2400
+		r.Corpus.Episodes = 800
 	default:
 		return Recipe{}, fmt.Errorf("base model size %q: want tiny or small", size)
 	}
@@ -165,6 +169,16 @@ func Build(ctx context.Context, r Recipe, out string, log zerolog.Logger, progre
 	if err != nil {
 		return err
 	}
+	kept := examples[:0]
+	for _, ex := range examples {
+		if len(ex.IDs) <= r.SFT.MaxLen {
+			kept = append(kept, ex)
+		}
+	}
+	if dropped := len(examples) - len(kept); dropped > 0 {
+		log.Warn().Int("dropped", dropped).Int("max_len", r.SFT.MaxLen).Msg("corpus examples longer than max_len left out")
+	}
+	examples = kept
 	log.Info().Int("examples", len(examples)).Int("tokens", tokens).Msg("corpus encoded")
 	if r.PromptLoss {
 		// Language-model loss on every token: predicting the observations
@@ -256,6 +270,22 @@ func Encode(eps []Episode, p *rollout.Policy, tmpl rollout.Template, mode string
 			}
 		}
 		if mode != rollout.ModeWindow {
+			add(ids, loss)
+		}
+		if e.AnalysisPrompt != "" {
+			prompt, err := p.StartIDs("", e.AnalysisPrompt)
+			if err != nil {
+				return nil, 0, fmt.Errorf("encoding episode %d's analysis: %w", i, err)
+			}
+			ans, err := p.Tok.Encode(e.AnalysisAnswer)
+			if err != nil {
+				return nil, 0, fmt.Errorf("encoding episode %d's analysis: %w", i, err)
+			}
+			ids := append(append(prompt, ans...), p.EOS)
+			loss := make([]bool, len(ids))
+			for k := len(prompt); k < len(ids); k++ {
+				loss[k] = true
+			}
 			add(ids, loss)
 		}
 	}

@@ -7,6 +7,7 @@ package basemodel
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -35,6 +36,12 @@ type Episode struct {
 	Steps       []DemoStep
 	EpisodeHint string // skill shown after the task line, if any
 	Won         bool
+	// AnalysisPrompt and AnalysisAnswer, when set, are a skill-writing
+	// example about this episode: the stage-1 analysis prompt and the
+	// oracle's skill JSON (a pretrained LLM can write such JSON; the tiny
+	// model learns it here so stage 1 only has to adapt it).
+	AnalysisPrompt string
+	AnalysisAnswer string
 }
 
 // CorpusConfig controls the demonstrations.
@@ -45,6 +52,8 @@ type CorpusConfig struct {
 	StepHintShare float64 // in hinted episodes, share of steps with a step hint
 	Seed          uint64
 	MaxSteps      int
+	// AnalysisShare of episodes also yield a skill-writing example.
+	AnalysisShare float64 `json:",omitempty"`
 }
 
 // Validate names the first bad field.
@@ -156,12 +165,43 @@ func GenerateCorpus(ctx context.Context, b envadapters.Builtin, cfg CorpusConfig
 				}
 			}
 		}
+		if r.Float64() < cfg.AnalysisShare {
+			crit := criticalGuess(traj)
+			recs, err := (&skills.OracleAnalyzer{K: skills.DefaultMaxStepSkills}).Analyze(ctx, []skills.Request{{Traj: traj, Candidates: crit}})
+			if err != nil {
+				return nil, err
+			}
+			if sk := recs[0].Skill; sk != nil {
+				js, err := json.Marshal(sk)
+				if err != nil {
+					return nil, err
+				}
+				ep.AnalysisPrompt = skills.AnalysisPrompt(traj, crit, skills.DefaultMaxStepSkills)
+				ep.AnalysisAnswer = string(js)
+			}
+		}
 		out = append(out, ep)
 		if progress != nil {
 			progress(i+1, n)
 		}
 	}
 	return out, nil
+}
+
+// criticalGuess stands in for critical-step selection (which needs a GRPO
+// group): the steps whose action was invalid or changed nothing, then the
+// last step, at most K.
+func criticalGuess(t *rollout.Trajectory) []int {
+	var out []int
+	for i, s := range t.Steps {
+		if (!s.Valid || strings.HasPrefix(s.Observation, "Nothing happens")) && len(out) < skills.DefaultMaxStepSkills-1 {
+			out = append(out, i)
+		}
+	}
+	if n := len(t.Steps); n > 0 {
+		out = append(out, n-1)
+	}
+	return out
 }
 
 // playDemo runs one expert episode, recording plain turns and a trajectory
@@ -205,7 +245,7 @@ func playDemo(ctx context.Context, b envadapters.Builtin, task envadapters.Task,
 func Texts(eps []Episode) []string {
 	var out []string
 	for _, e := range eps {
-		out = append(out, e.System, e.FirstObs, e.EpisodeHint)
+		out = append(out, e.System, e.FirstObs, e.EpisodeHint, e.AnalysisPrompt, e.AnalysisAnswer)
 		for _, s := range e.Steps {
 			out = append(out, s.Response, s.After, s.StepHint, strings.Join(s.Admissible, "; "))
 		}
