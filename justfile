@@ -40,3 +40,24 @@ run *ARGS: build
 # The same with GRPO only (the baseline), for comparison
 run-grpo *ARGS: build
     ./bin/seedctl run --algo grpo {{ARGS}}
+
+# Reproduce the tables (all methods, 5 data shares, 3 seeds) on the embedded default, then the throughput benchmarks; ARGS go to `seedctl bench`
+bench *ARGS: build
+    ./bin/seedctl bench {{ARGS}}
+    just bench-throughput
+
+# The reduced grid (GRPO and SEED, one seed, 40% and 100% of the tasks) within a 20-minute budget
+bench-quick *ARGS: build
+    ./bin/seedctl bench --quick {{ARGS}}
+
+# Trainer tokens/s and MFU (with PyTorch eager side by side), embedded server tokens/s at 1–64 requests, env and rollout overhead
+bench-throughput:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    out="bench/results/throughput-$(date +%F)-$(hostname).txt"
+    mkdir -p bench/results
+    { go test ./trainer -run '^$' -bench TrainStep -benchtime 20x
+      go test ./inference/server -run '^$' -bench Serve -benchtime 1x
+      go test ./envadapters/... -run '^$' -bench .
+      go test ./rollout -run '^$' -bench RolloutOverhead; } | tee "$out"
+    echo "written to $out"

@@ -192,3 +192,15 @@ func trimMetrics(path string, keep func(MetricsLine) bool) error {
 	}
 	return writeAtomic(path, buf.Bytes())
 }
+
+// ParseState reads a state.json's bytes (benchmarks read finished runs).
+func ParseState(b []byte) (*State, error) {
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("run state: %w", err)
+	}
+	if s.Version != stateVersion {
+		return nil, fmt.Errorf("run state: version %d, this seedctl writes %d", s.Version, stateVersion)
+	}
+	return &s, nil
+}

@@ -75,6 +75,7 @@ func newApp() *cli.App {
 			evalCommand(),
 			runCommand(),
 			configCommand(),
+			benchCommand(),
 		},
 	}
 }

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/seedctl/seedctl/benchmarks"
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/inference/server/servertest"
 	"github.com/seedctl/seedctl/orchestrator"
@@ -140,5 +143,54 @@ func TestShippedConfigsCheck(t *testing.T) {
 	app.Writer = &out
 	if err := app.Run([]string{"seedctl", "config", "check", bad}); err == nil || !strings.Contains(out.String(), "lamda") {
 		t.Errorf("a misspelt field passed: %v\n%s", err, out.String())
+	}
+}
+
+// A reduced bench grid on the tiny model: a spent budget starts nothing,
+// a full pass writes the tables, and a second pass reuses every run.
+func TestBenchQuickGridResumes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs four tiny trainings")
+	}
+	base := tinyRunConfig(t, orchestrator.AlgoSEED)
+	base.Iterations = 1
+	spec := benchmarks.Quick(base)
+	spec.Shares = []float64{0.5}
+	out := t.TempDir()
+	spec.Budget = time.Nanosecond
+	outs, err := benchmarks.Run(context.Background(), spec, out, tinyDeps(), io.Discard, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range outs {
+		if o.Skipped == "" {
+			t.Errorf("%s ran after the budget was spent", o.Name())
+		}
+	}
+	spec.Budget = 0
+	if outs, err = benchmarks.Run(context.Background(), spec, out, tinyDeps(), io.Discard, zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) != 4 {
+		t.Fatalf("%d outcomes", len(outs))
+	}
+	md, err := os.ReadFile(filepath.Join(out, "results.md"))
+	if err != nil || !strings.Contains(string(md), "## T2 sample efficiency") {
+		t.Fatalf("results.md: %v\n%s", err, md)
+	}
+	stamp := func() time.Time {
+		fi, err := os.Stat(filepath.Join(out, "runs", "seed-share100-seed1", "state.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.ModTime()
+	}
+	before := stamp()
+	start := time.Now()
+	if _, err := benchmarks.Run(context.Background(), spec, out, tinyDeps(), io.Discard, zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	if !stamp().Equal(before) || time.Since(start) > 20*time.Second {
+		t.Error("a second pass re-ran finished experiments")
 	}
 }

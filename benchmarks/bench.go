@@ -1,0 +1,167 @@
+// Package benchmarks reproduces the paper's tables on whatever a config
+// points at (the embedded default here, Qwen models on GPUs elsewhere):
+// experiment grids of algorithms × data shares × seeds run through the
+// orchestrator, resumable and bounded by a time budget, summarised as
+// Markdown tables, PNG plots and a JSON of every figure.
+package benchmarks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/orchestrator"
+)
+
+// Experiment is one training run of the grid.
+type Experiment struct {
+	Algo      string  `json:"algo"`
+	DataShare float64 `json:"data_share"`
+	Seed      int64   `json:"seed"`
+}
+
+// Name is the experiment's run folder name.
+func (e Experiment) Name() string {
+	return fmt.Sprintf("%s-share%03d-seed%d", e.Algo, int(e.DataShare*100+0.5), e.Seed)
+}
+
+// Spec is a benchmark: a base run config and the grid.
+type Spec struct {
+	Base   orchestrator.Config `json:"base"`
+	Algos  []string            `json:"algos"`  // T1 rows (data share 1)
+	Shares []float64           `json:"shares"` // T2 columns (GRPO and SEED)
+	Seeds  []int64             `json:"seeds"`
+	// Budget stops starting new experiments once exceeded (0: none).
+	Budget time.Duration `json:"budget"`
+}
+
+// Experiments lists the grid: every algorithm at share 1, then GRPO and
+// SEED at each other share, for every seed.
+func (s Spec) Experiments() []Experiment {
+	var out []Experiment
+	seen := map[string]bool{}
+	add := func(e Experiment) {
+		if !seen[e.Name()] {
+			seen[e.Name()] = true
+			out = append(out, e)
+		}
+	}
+	for _, seed := range s.Seeds {
+		for _, a := range s.Algos {
+			add(Experiment{Algo: a, DataShare: 1, Seed: seed})
+		}
+		for _, sh := range s.Shares {
+			for _, a := range []string{orchestrator.AlgoGRPO, orchestrator.AlgoSEED} {
+				add(Experiment{Algo: a, DataShare: sh, Seed: seed})
+			}
+		}
+	}
+	return out
+}
+
+// Validate checks the grid and the base config.
+func (s Spec) Validate() error {
+	if len(s.Seeds) == 0 || len(s.Algos) == 0 {
+		return errors.New("bench spec: at least one seed and one algorithm")
+	}
+	for _, sh := range s.Shares {
+		if sh <= 0 || sh > 1 {
+			return fmt.Errorf("bench spec: data share %v must be in (0, 1]", sh)
+		}
+	}
+	c := s.Base
+	for _, a := range s.Algos {
+		c.Algo = a
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("bench spec, algo %s: %w", a, err)
+		}
+	}
+	return nil
+}
+
+// Quick is the reduced grid `just bench-quick` runs on 2 CPU cores: SEED
+// and GRPO, one seed, two data shares.
+func Quick(base orchestrator.Config) Spec {
+	return Spec{Base: base, Algos: []string{orchestrator.AlgoGRPO, orchestrator.AlgoSEED}, Shares: []float64{0.4}, Seeds: []int64{1}, Budget: 20 * time.Minute}
+}
+
+// Full is the paper's grid: all methods and baselines, five data shares,
+// three seeds.
+func Full(base orchestrator.Config) Spec {
+	return Spec{Base: base, Algos: orchestrator.Algos, Shares: []float64{0.2, 0.4, 0.6, 0.8}, Seeds: []int64{1, 2, 3}}
+}
+
+// Outcome is one finished (or skipped) experiment.
+type Outcome struct {
+	Experiment
+	Dir     string                     `json:"dir"`
+	Done    bool                       `json:"done"`
+	Skipped string                     `json:"skipped,omitempty"`
+	Base    *orchestrator.EvalPoint    `json:"base,omitempty"`
+	Final   *orchestrator.EvalPoint    `json:"final,omitempty"`
+	Metrics []orchestrator.MetricsLine `json:"-"`
+}
+
+// Run executes the grid into out/runs: finished experiments are reused,
+// interrupted ones resumed, and none is started after the budget is spent.
+// Then it writes the tables, plots and figures into out.
+func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, progress io.Writer, log zerolog.Logger) ([]Outcome, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	runs := filepath.Join(out, "runs")
+	start := time.Now()
+	exps := spec.Experiments()
+	var outs []Outcome
+	for i, e := range exps {
+		o := Outcome{Experiment: e, Dir: filepath.Join(runs, e.Name())}
+		st, err := readState(o.Dir)
+		switch {
+		case err == nil && st.Done:
+			// finished earlier
+		case spec.Budget > 0 && time.Since(start) > spec.Budget:
+			o.Skipped = fmt.Sprintf("time budget %s spent", spec.Budget)
+			outs = append(outs, o)
+			continue
+		case err == nil:
+			fmt.Fprintf(progress, "bench %d/%d: resuming %s\n", i+1, len(exps), e.Name())
+			if _, err := orchestrator.Resume(ctx, o.Dir, deps); err != nil {
+				return outs, fmt.Errorf("bench %s: %w", e.Name(), err)
+			}
+		default:
+			fmt.Fprintf(progress, "bench %d/%d: %s (%s elapsed)\n", i+1, len(exps), e.Name(), time.Since(start).Round(time.Second))
+			c := spec.Base
+			c.Algo, c.DataShare, c.Seed, c.Name, c.RunsDir = e.Algo, e.DataShare, e.Seed, e.Name(), runs
+			if _, err := orchestrator.Start(ctx, c, deps); err != nil {
+				return outs, fmt.Errorf("bench %s: %w", e.Name(), err)
+			}
+		}
+		st, err = readState(o.Dir)
+		if err != nil {
+			return outs, err
+		}
+		o.Done, o.Base, o.Final = st.Done, st.BaseEval, st.FinalEval
+		if o.Metrics, err = orchestrator.ReadMetrics(filepath.Join(o.Dir, "metrics.jsonl")); err != nil {
+			return outs, err
+		}
+		outs = append(outs, o)
+		log.Info().Str("experiment", e.Name()).Float64("seen", o.Final.Seen).Msg("bench experiment finished")
+	}
+	sort.SliceStable(outs, func(a, b int) bool { return outs[a].Name() < outs[b].Name() })
+	return outs, WriteResults(out, spec, outs, time.Since(start))
+}
+
+func readState(dir string) (*orchestrator.State, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		return nil, err
+	}
+	return orchestrator.ParseState(b)
+}

@@ -1,0 +1,90 @@
+package benchmarks
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/seedctl/seedctl/orchestrator"
+)
+
+func outcome(algo string, share float64, seed int64, seen, unseen, iterS float64) Outcome {
+	return Outcome{Experiment: Experiment{Algo: algo, DataShare: share, Seed: seed}, Done: true,
+		Base:  &orchestrator.EvalPoint{Seen: 0.1, Unseen: 0.05},
+		Final: &orchestrator.EvalPoint{Seen: seen, Unseen: unseen, UnseenByFamily: map[string]float64{"heat": unseen}},
+		Metrics: []orchestrator.MetricsLine{{Kind: "iteration", Iteration: 1, Values: map[string]float64{"success": seen, "iteration_s": iterS, "rollout_s": iterS / 2}}}}
+}
+
+func TestSummarizeTables(t *testing.T) {
+	outs := []Outcome{
+		outcome("grpo", 1, 1, 0.50, 0.30, 10), outcome("grpo", 1, 2, 0.60, 0.40, 10),
+		outcome("seed", 1, 1, 0.70, 0.50, 13), outcome("seed", 1, 2, 0.80, 0.60, 13),
+		outcome("seed", 0.4, 1, 0.56, 0.3, 13), outcome("seed", 0.4, 2, 0.56, 0.3, 13),
+		outcome("grpo", 0.4, 1, 0.30, 0.2, 10),
+		{Experiment: Experiment{Algo: "grpo", DataShare: 0.4, Seed: 2}, Skipped: "time budget 1m spent"},
+	}
+	f := Summarize(outs)
+	if s := f.Main["seed"]["seen"]; math.Abs(s.Mean-75) > 1e-9 || math.Abs(s.Std-math.Sqrt(50)) > 1e-9 || s.N != 2 {
+		t.Errorf("SEED seen %+v, want 75 ± 7.07 over 2 seeds", s)
+	}
+	if p := f.Main["prompting-only"]["seen"]; p.N != 2 || math.Abs(p.Mean-10) > 1e-9 {
+		t.Errorf("prompting-only counted %d times, mean %v (want once per seed, 10)", p.N, p.Mean)
+	}
+	// GRPO at 100% scores 55; SEED reaches 56 with 40% of the tasks.
+	if f.ShareNeeded != "40%" {
+		t.Errorf("share needed %q, want 40%%", f.ShareNeeded)
+	}
+	if math.Abs(f.CostRatio-1.3) > 1e-9 {
+		t.Errorf("cost ratio %v, want 1.3", f.CostRatio)
+	}
+	if len(f.Skipped) != 1 {
+		t.Errorf("skipped %v", f.Skipped)
+	}
+	dir := t.TempDir()
+	spec := Spec{Base: orchestrator.Default(), Algos: []string{"grpo", "seed"}, Shares: []float64{0.4}, Seeds: []int64{1, 2}}
+	if err := WriteResults(dir, spec, outs, 0); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "results.md"))
+	for _, want := range []string{"| seed | 75.0 ± 7.1 | 55.0 ± 7.1 |", "**40%**", "| heat | 35.0 ± 7.1 | 55.0 ± 7.1 |", "**1.30**", "time budget 1m spent"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("results.md lacks %q:\n%s", want, md)
+		}
+	}
+	for _, f := range []string{"figures.json", "learning_curves.png", "data_share.png"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestGridAndValidate(t *testing.T) {
+	base := orchestrator.Default()
+	base.Model = "/m"
+	q := Quick(base)
+	names := map[string]bool{}
+	for _, e := range q.Experiments() {
+		names[e.Name()] = true
+	}
+	for _, want := range []string{"grpo-share100-seed1", "seed-share100-seed1", "grpo-share040-seed1", "seed-share040-seed1"} {
+		if !names[want] {
+			t.Errorf("quick grid lacks %s: %v", want, names)
+		}
+	}
+	if len(names) != 4 {
+		t.Errorf("quick grid has %d experiments", len(names))
+	}
+	if n := len(Full(base).Experiments()); n != 3*(5+2*4) {
+		t.Errorf("full grid has %d experiments, want %d", n, 3*(5+2*4))
+	}
+	bad := q
+	bad.Shares = []float64{1.5}
+	if bad.Validate() == nil {
+		t.Error("share 1.5 accepted")
+	}
+	if err := q.Validate(); err != nil {
+		t.Error(err)
+	}
+}

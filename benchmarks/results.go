@@ -1,0 +1,279 @@
+package benchmarks
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/seedctl/seedctl/internal/plot"
+	"github.com/seedctl/seedctl/orchestrator"
+)
+
+// Stat is a mean ± std over seeds.
+type Stat struct {
+	Mean float64 `json:"mean"`
+	Std  float64 `json:"std"`
+	N    int     `json:"n"`
+}
+
+func stat(xs []float64) Stat {
+	if len(xs) == 0 {
+		return Stat{Mean: math.NaN()}
+	}
+	m := 0.0
+	for _, x := range xs {
+		m += x
+	}
+	m /= float64(len(xs))
+	v := 0.0
+	for _, x := range xs {
+		v += (x - m) * (x - m)
+	}
+	if len(xs) > 1 {
+		v /= float64(len(xs) - 1)
+	}
+	return Stat{Mean: m, Std: math.Sqrt(v), N: len(xs)}
+}
+
+func (s Stat) String() string {
+	if s.N == 0 {
+		return "—"
+	}
+	if s.N == 1 {
+		return fmt.Sprintf("%.1f", s.Mean)
+	}
+	return fmt.Sprintf("%.1f ± %.1f", s.Mean, s.Std)
+}
+
+// Figures is every number the tables and plots show.
+type Figures struct {
+	Main        map[string]map[string]Stat `json:"t1_main"`       // algo → seen/unseen/score → %
+	ShareSeen   map[string]map[string]Stat `json:"t2_share_seen"` // algo → share → %
+	ShareNeeded string                     `json:"t2_seed_share_to_match_grpo_full"`
+	Families    map[string]map[string]Stat `json:"t3_unseen_by_family"` // algo → family → %
+	Cost        map[string]map[string]Stat `json:"t4_cost_s"`           // algo → phase → seconds per iteration
+	CostRatio   float64                    `json:"t4_seed_over_grpo_iteration_time"`
+	Skipped     []string                   `json:"skipped,omitempty"`
+	Duration    string                     `json:"duration"`
+	Host        string                     `json:"host"`
+}
+
+func shareKey(s float64) string { return fmt.Sprintf("%.0f%%", 100*s) }
+
+// Summarize computes the figures from outcomes.
+func Summarize(outs []Outcome) Figures {
+	f := Figures{Main: map[string]map[string]Stat{}, ShareSeen: map[string]map[string]Stat{}, Families: map[string]map[string]Stat{}, Cost: map[string]map[string]Stat{}}
+	collect := map[string]map[string][]float64{}
+	put := func(m map[string]map[string][]float64, a, k string, v float64) {
+		if m[a] == nil {
+			m[a] = map[string][]float64{}
+		}
+		m[a][k] = append(m[a][k], v)
+	}
+	share := map[string]map[string][]float64{}
+	fam := map[string]map[string][]float64{}
+	cost := map[string]map[string][]float64{}
+	// Prompting-only is the base policy, evaluated before training in every
+	// run: it counts once per seed.
+	baseSeeds := map[int64]bool{}
+	for _, o := range outs {
+		if o.Skipped != "" || !o.Done || o.Final == nil {
+			f.Skipped = append(f.Skipped, o.Name()+": "+o.Skipped)
+			continue
+		}
+		put(share, o.Algo, shareKey(o.DataShare), 100*o.Final.Seen)
+		if o.DataShare != 1 {
+			continue
+		}
+		put(collect, o.Algo, "seen", 100*o.Final.Seen)
+		put(collect, o.Algo, "unseen", 100*o.Final.Unseen)
+		put(collect, o.Algo, "score", o.Final.SeenScore)
+		if o.Base != nil && !baseSeeds[o.Seed] {
+			baseSeeds[o.Seed] = true
+			put(collect, "prompting-only", "seen", 100*o.Base.Seen)
+			put(collect, "prompting-only", "unseen", 100*o.Base.Unseen)
+			put(collect, "prompting-only", "score", o.Base.SeenScore)
+		}
+		for fm, v := range o.Final.UnseenByFamily {
+			put(fam, o.Algo, fm, 100*v)
+		}
+		for _, l := range o.Metrics {
+			if l.Kind != "iteration" {
+				continue
+			}
+			for _, k := range []string{"rollout_s", "analysis_s", "rescore_s", "update_s", "publish_s", "iteration_s"} {
+				put(cost, o.Algo, k, l.Values[k])
+			}
+		}
+	}
+	for dst, src := range map[*map[string]map[string]Stat]map[string]map[string][]float64{&f.Main: collect, &f.ShareSeen: share, &f.Families: fam, &f.Cost: cost} {
+		for a, m := range src {
+			(*dst)[a] = map[string]Stat{}
+			for k, xs := range m {
+				(*dst)[a][k] = stat(xs)
+			}
+		}
+	}
+	f.ShareNeeded = "not reached"
+	if g, ok := f.ShareSeen[orchestrator.AlgoGRPO]["100%"]; ok {
+		var shares []string
+		for k := range f.ShareSeen[orchestrator.AlgoSEED] {
+			shares = append(shares, k)
+		}
+		sort.Slice(shares, func(i, j int) bool { return pct(shares[i]) < pct(shares[j]) })
+		for _, k := range shares {
+			if f.ShareSeen[orchestrator.AlgoSEED][k].Mean >= g.Mean {
+				f.ShareNeeded = k
+				break
+			}
+		}
+	}
+	if s, ok := f.Cost[orchestrator.AlgoSEED]["iteration_s"]; ok {
+		if g, ok := f.Cost[orchestrator.AlgoGRPO]["iteration_s"]; ok && g.Mean > 0 {
+			f.CostRatio = s.Mean / g.Mean
+		}
+	}
+	return f
+}
+
+func pct(k string) float64 {
+	var v float64
+	fmt.Sscanf(strings.TrimSuffix(k, "%"), "%g", &v)
+	return v
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// WriteResults writes results.md, figures.json and the plots into out.
+func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) error {
+	f := Summarize(outs)
+	f.Duration = took.Round(time.Second).String()
+	f.Host, _ = os.Hostname()
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# seedctl bench — %s on %s\n\n", spec.Base.Env.Name, f.Host)
+	fmt.Fprintf(&b, "Model `%s`; %d iterations × %d tasks × %d trajectories per run; seeds %v; wall time %s. Success in %% on %d eval tasks per split (greedy, plain prompts), mean ± std over seeds.\n\n",
+		spec.Base.Model, spec.Base.Iterations, spec.Base.TasksPerIteration, spec.Base.Rollout.GroupSize, spec.Seeds, f.Duration, spec.Base.Eval.Episodes)
+	b.WriteString("## T1 main table (all training tasks)\n\n| method | eval-seen | eval-unseen | score |\n|---|---|---|---|\n")
+	order := append([]string{"prompting-only"}, spec.Algos...)
+	for _, a := range order {
+		if m, ok := f.Main[a]; ok {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", a, m["seen"], m["unseen"], m["score"])
+		}
+	}
+	b.WriteString("\n## T2 sample efficiency (eval-seen success by share of training tasks)\n\n| method |")
+	shares := append(append([]float64{}, spec.Shares...), 1)
+	sort.Float64s(shares)
+	for _, s := range shares {
+		fmt.Fprintf(&b, " %s |", shareKey(s))
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(shares)) + "\n")
+	for _, a := range []string{orchestrator.AlgoGRPO, orchestrator.AlgoSEED} {
+		fmt.Fprintf(&b, "| %s |", a)
+		for _, s := range shares {
+			fmt.Fprintf(&b, " %s |", f.ShareSeen[a][shareKey(s)])
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "\nShare of training tasks SEED needs to reach GRPO's 100%% score: **%s**.\n", f.ShareNeeded)
+	b.WriteString("\n## T3 eval-unseen success per task family\n\n| family | GRPO | SEED |\n|---|---|---|\n")
+	famSet := map[string]bool{}
+	for _, a := range []string{orchestrator.AlgoGRPO, orchestrator.AlgoSEED} {
+		for k := range f.Families[a] {
+			famSet[k] = true
+		}
+	}
+	for _, k := range sortedKeys(famSet) {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", k, f.Families[orchestrator.AlgoGRPO][k], f.Families[orchestrator.AlgoSEED][k])
+	}
+	b.WriteString("\n## T4 cost (seconds per iteration)\n\n| method | rollout | analysis | rescoring | update | publish | total |\n|---|---|---|---|---|---|---|\n")
+	for _, a := range sortedKeys(f.Cost) {
+		c := f.Cost[a]
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", a, c["rollout_s"], c["analysis_s"], c["rescore_s"], c["update_s"], c["publish_s"], c["iteration_s"])
+	}
+	if f.CostRatio > 0 {
+		fmt.Fprintf(&b, "\nSEED / GRPO time per iteration: **%.2f**.\n", f.CostRatio)
+	}
+	if len(f.Skipped) > 0 {
+		b.WriteString("\nNot run or unfinished: " + strings.Join(f.Skipped, "; ") + "\n")
+	}
+	b.WriteString("\n![learning curves](learning_curves.png)\n![success vs data share](data_share.png)\n")
+	if err := os.WriteFile(filepath.Join(out, "results.md"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	js, _ := json.MarshalIndent(f, "", "  ")
+	if err := os.WriteFile(filepath.Join(out, "figures.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	return writePlots(out, spec, outs, f)
+}
+
+// writePlots draws learning curves (rollout success per iteration, mean
+// over seeds with the min–max band shaded) and success against data share.
+func writePlots(out string, spec Spec, outs []Outcome, f Figures) error {
+	curves := plot.Chart{Title: "training rollout success by iteration (seeds shaded)", XLabel: "iteration", YLabel: "success %", YMin: 0, YMax: 100}
+	for _, a := range spec.Algos {
+		byIter := map[int][]float64{}
+		for _, o := range outs {
+			if o.Algo != a || o.DataShare != 1 {
+				continue
+			}
+			for _, l := range o.Metrics {
+				if l.Kind == "iteration" {
+					byIter[l.Iteration] = append(byIter[l.Iteration], 100*l.Values["success"])
+				}
+			}
+		}
+		if len(byIter) == 0 {
+			continue
+		}
+		s := plot.Series{Name: a}
+		iters := make([]int, 0, len(byIter))
+		for k := range byIter {
+			iters = append(iters, k)
+		}
+		sort.Ints(iters)
+		for _, k := range iters {
+			xs := byIter[k]
+			st := stat(xs)
+			lo, hi := xs[0], xs[0]
+			for _, x := range xs {
+				lo, hi = math.Min(lo, x), math.Max(hi, x)
+			}
+			s.X, s.Y, s.Lo, s.Hi = append(s.X, float64(k)), append(s.Y, st.Mean), append(s.Lo, lo), append(s.Hi, hi)
+		}
+		curves.Series = append(curves.Series, s)
+	}
+	if err := curves.PNG(filepath.Join(out, "learning_curves.png"), 800, 450); err != nil {
+		return err
+	}
+	ds := plot.Chart{Title: "eval-seen success vs share of training tasks", XLabel: "share of training tasks (%)", YLabel: "success %", YMin: 0, YMax: 100}
+	for _, a := range []string{orchestrator.AlgoGRPO, orchestrator.AlgoSEED} {
+		s := plot.Series{Name: a}
+		keys := sortedKeys(f.ShareSeen[a])
+		sort.Slice(keys, func(i, j int) bool { return pct(keys[i]) < pct(keys[j]) })
+		for _, k := range keys {
+			st := f.ShareSeen[a][k]
+			s.X, s.Y = append(s.X, pct(k)), append(s.Y, st.Mean)
+			s.Lo, s.Hi = append(s.Lo, st.Mean-st.Std), append(s.Hi, st.Mean+st.Std)
+		}
+		if len(s.X) > 0 {
+			ds.Series = append(ds.Series, s)
+		}
+	}
+	return ds.PNG(filepath.Join(out, "data_share.png"), 800, 450)
+}

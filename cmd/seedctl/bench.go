@@ -1,0 +1,68 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/seedctl/seedctl/benchmarks"
+	"github.com/seedctl/seedctl/orchestrator"
+)
+
+func benchCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "reproduce the paper's tables (methods × data shares × seeds) on a config; resumable",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Usage: "base run config (default: the embedded default)"},
+			&cli.BoolFlag{Name: "quick", Usage: "GRPO and SEED, one seed, 40% and 100% of the tasks (about 20 minutes budget)"},
+			&cli.StringFlag{Name: "out", Usage: "results folder (default bench/results/<date>-<host>); an existing one is resumed"},
+			&cli.DurationFlag{Name: "budget", Usage: "start no new experiment after this long (0: none)"},
+			&cli.IntFlag{Name: "iterations", Usage: "stage-2 iterations per run"},
+			&cli.IntFlag{Name: "eval-episodes", Usage: "tasks per eval split"},
+			&cli.StringFlag{Name: "device", Value: "cpu"},
+		},
+		Action: func(c *cli.Context) error {
+			log := logger(c)
+			var base orchestrator.Config
+			var err error
+			if f := c.String("config"); f != "" {
+				base, err = orchestrator.Load(f)
+			} else {
+				base, err = defaultRunConfig(c, log)
+			}
+			if err != nil {
+				return cli.Exit("bench: "+err.Error(), 2)
+			}
+			if c.IsSet("iterations") {
+				base.Iterations = c.Int("iterations")
+			}
+			if c.IsSet("eval-episodes") {
+				base.Eval.Episodes = c.Int("eval-episodes")
+			}
+			spec := benchmarks.Full(base)
+			if c.Bool("quick") {
+				spec = benchmarks.Quick(base)
+			}
+			if c.IsSet("budget") {
+				spec.Budget = c.Duration("budget")
+			}
+			out := c.String("out")
+			if out == "" {
+				host, _ := os.Hostname()
+				out = filepath.Join("bench", "results", time.Now().Format("2006-01-02")+"-"+host)
+			}
+			deps := orchestrator.Deps{NewLearner: newLearner(c.String("device")), Log: log, Progress: c.App.ErrWriter,
+				OpenBackend: openBackendFor(base.Backend, time.Duration(base.RetryFor), log)}
+			start := time.Now()
+			if _, err := benchmarks.Run(c.Context, spec, out, deps, c.App.ErrWriter, log); err != nil {
+				return cli.Exit("bench: "+err.Error()+" (rerun with --out "+out+" to resume)", 1)
+			}
+			fmt.Fprintf(c.App.Writer, "bench finished in %s: %s\n", time.Since(start).Round(time.Second), filepath.Join(out, "results.md"))
+			return nil
+		},
+	}
+}
