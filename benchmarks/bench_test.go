@@ -12,8 +12,8 @@ import (
 
 func outcome(algo string, share float64, seed int64, seen, unseen, iterS float64) Outcome {
 	return Outcome{Experiment: Experiment{Algo: algo, DataShare: share, Seed: seed}, Done: true,
-		Base:  &orchestrator.EvalPoint{Seen: 0.1, Unseen: 0.05},
-		Final: &orchestrator.EvalPoint{Seen: seen, Unseen: unseen, UnseenByFamily: map[string]float64{"heat": unseen}},
+		Base:    &orchestrator.EvalPoint{Seen: 0.1, Unseen: 0.05},
+		Final:   &orchestrator.EvalPoint{Seen: seen, Unseen: unseen, UnseenByFamily: map[string]float64{"heat": unseen}},
 		Metrics: []orchestrator.MetricsLine{{Kind: "iteration", Iteration: 1, Values: map[string]float64{"success": seen, "iteration_s": iterS, "rollout_s": iterS / 2}}}}
 }
 
