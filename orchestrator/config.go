@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/seedctl/seedctl/envadapters"
@@ -57,6 +58,11 @@ type BackendConfig struct {
 	// with this command line; the checkpoint folder is appended as the model.
 	Launch      []string `json:"launch,omitempty"`
 	VLLMPublish string   `json:"vllm_publish,omitempty"` // reload or lora
+	// ServedDir is the folder a vLLM server (reload publishing) serves
+	// from: a scratch copy of the base checkpoint that each published
+	// checkpoint's weights are copied into. Never the base model's own
+	// folder, which publishing would overwrite.
+	ServedDir string `json:"served_dir,omitempty"`
 	Colocated   bool     `json:"colocated,omitempty"`
 	MaxInFlight int      `json:"max_in_flight,omitempty"`
 }
@@ -253,6 +259,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: backend.kind %q: want embedded, vllm or sglang", c.Backend.Kind)
 	case c.Backend.Kind != "embedded" && c.Backend.BaseURL == "":
 		return fmt.Errorf("config: backend.base_url is required for %s", c.Backend.Kind)
+	case c.Backend.Kind == "vllm" && c.Backend.VLLMPublish != "lora" && c.Backend.ServedDir == "":
+		return errors.New("config: backend.served_dir is required for vllm reload publishing (a scratch copy of the base checkpoint that vLLM serves from)")
+	case c.Backend.ServedDir != "" && filepath.Clean(c.Backend.ServedDir) == filepath.Clean(c.Model):
+		return errors.New("config: backend.served_dir must not be the model folder (publishing overwrites its weights)")
 	case c.UsesSFT() && c.Stage1.Episodes < 1:
 		return fmt.Errorf("config: stage1.episodes %d must be positive for algo %s", c.Stage1.Episodes, c.Algo)
 	case c.Stage1.Analyzer.Kind != "oracle" && c.Stage1.Analyzer.Kind != "external":

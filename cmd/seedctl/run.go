@@ -39,11 +39,24 @@ func openBackendFor(cfg orchestrator.BackendConfig, retryFor time.Duration, log 
 			scfg.MaxModelLen = 16384
 			return inference.NewEmbedded(ctx, scfg, ic, log)
 		case len(cfg.Launch) > 0:
-			ic.ServedDir = dir
-			return inference.Launch(ctx, inference.LaunchSpec{Command: cfg.Launch[0], ModelDir: dir, ExtraArgs: cfg.Launch[1:]}, ic, log)
+			serve := dir
+			if cfg.ServedDir != "" {
+				serve, ic.ServedDir = cfg.ServedDir, cfg.ServedDir
+			}
+			b, err := inference.Launch(ctx, inference.LaunchSpec{Command: cfg.Launch[0], ModelDir: serve, ExtraArgs: cfg.Launch[1:]}, ic, log)
+			if err == nil && serve != dir {
+				err = b.Publish(ctx, dir, filepath.Base(dir))
+			}
+			return b, err
 		default:
-			ic.ServedDir = dir
-			return inference.NewRemote(ic, log)
+			// A running server: make it serve dir (a resumed run's
+			// checkpoint, or the base model again, which is harmless).
+			ic.ServedDir = cfg.ServedDir
+			b, err := inference.NewRemote(ic, log)
+			if err == nil {
+				err = b.Publish(ctx, dir, filepath.Base(dir))
+			}
+			return b, err
 		}
 	}
 }
