@@ -62,9 +62,9 @@ type BackendConfig struct {
 	// from: a scratch copy of the base checkpoint that each published
 	// checkpoint's weights are copied into. Never the base model's own
 	// folder, which publishing would overwrite.
-	ServedDir string `json:"served_dir,omitempty"`
-	Colocated   bool     `json:"colocated,omitempty"`
-	MaxInFlight int      `json:"max_in_flight,omitempty"`
+	ServedDir   string `json:"served_dir,omitempty"`
+	Colocated   bool   `json:"colocated,omitempty"`
+	MaxInFlight int    `json:"max_in_flight,omitempty"`
 }
 
 // AnalyzerConfig is the stage-1 analyzer.
