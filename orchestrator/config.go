@@ -86,6 +86,12 @@ type Stage1Config struct {
 	BatchTokens      int `json:"batch_tokens"`
 	MicroBatchTokens int `json:"micro_batch_tokens"`
 	MaxLen           int `json:"max_len"`
+	// ActingReplay adds this many of the collected trajectories' own
+	// turns (prompt → the policy's sampled reply) per skill example, so
+	// learning to write skills does not overwrite acting. Measured on the
+	// tiny household model: skill SFT alone took invalid actions from 43%
+	// to 100%.
+	ActingReplay float64 `json:"acting_replay,omitempty"`
 }
 
 // RLConfig is stage 2's loss and optimizer.
@@ -182,7 +188,7 @@ func Default() Config {
 	c.Backend = BackendConfig{Kind: "embedded"}
 	// Sized for a 2-core CPU (measured: an iteration of 4 tasks × 8
 	// trajectories takes about 3–4 minutes there); GPU configs scale these up.
-	c.Stage1 = Stage1Config{Episodes: 64, Analyzer: AnalyzerConfig{Kind: "oracle", MaxTokens: 512}, Epochs: 3, LR: 2e-3, BatchTokens: 8192, MicroBatchTokens: 8192, MaxLen: 4096}
+	c.Stage1 = Stage1Config{Episodes: 64, Analyzer: AnalyzerConfig{Kind: "oracle", MaxTokens: 512}, Epochs: 2, LR: 1e-3, BatchTokens: 8192, MicroBatchTokens: 8192, MaxLen: 4096, ActingReplay: 2}
 	c.Iterations = 4
 	c.TasksPerIteration = 4
 	c.DataShare = 1

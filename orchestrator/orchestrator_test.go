@@ -175,3 +175,25 @@ func TestTrainPoolNestsAcrossShares(t *testing.T) {
 		}
 	}
 }
+
+func TestActingExamplesAreTheSampledTurns(t *testing.T) {
+	tr := windowTraj()
+	ex := actingExamples([]*rollout.Trajectory{tr, tr}, 3, 1, 100)
+	if len(ex) != 3 {
+		t.Fatalf("%d examples", len(ex))
+	}
+	for _, e := range ex {
+		n := 0
+		for _, l := range e.Loss {
+			if l {
+				n++
+			}
+		}
+		if len(e.IDs) != len(e.Loss) || n == 0 || e.Loss[0] {
+			t.Errorf("example %+v", e)
+		}
+	}
+	if got := actingExamples([]*rollout.Trajectory{tr}, 10, 1, 4); len(got) != 1 {
+		t.Errorf("max_len 4 keeps %d examples, want the one 4-token row", len(got))
+	}
+}

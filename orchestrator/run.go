@@ -391,6 +391,11 @@ func (r *run) stage1(ctx context.Context) error {
 	if len(data) == 0 {
 		return errors.New("the analyzer wrote no usable skill for any stage-1 trajectory")
 	}
+	if n := int(r.cfg.Stage1.ActingReplay * float64(len(data))); n > 0 {
+		acting := actingExamples(trajs, n, r.cfg.Seed, r.cfg.Stage1.MaxLen)
+		r.log.Info().Int("skill_examples", len(data)).Int("acting_examples", len(acting)).Msg("stage-1 data")
+		data = append(data, acting...)
+	}
 	l, err := r.deps.NewLearner(LearnerSpec{Policy: r.dir.abs(r.st.Checkpoint), Reference: r.dir.abs(r.st.Reference), RL: r.cfg.RL, Seed: uint64(r.cfg.Seed)})
 	if err != nil {
 		return err
@@ -516,6 +521,27 @@ func (r *run) sftExamples(recs []skills.Record) ([]SFTExample, error) {
 		out = append(out, SFTExample{IDs: ids, Loss: loss})
 	}
 	return out, nil
+}
+
+// actingExamples samples n of the trajectories' turns as SFT examples:
+// the prompt the policy saw and the reply it sampled (trained on), so
+// stage 1 keeps the policy's acting distribution while it learns skills.
+func actingExamples(trajs []*rollout.Trajectory, n int, seed int64, maxLen int) []SFTExample {
+	var all []SFTExample
+	for _, t := range trajs {
+		rows, err := plainRows(t, 0)
+		if err != nil {
+			continue
+		}
+		for _, row := range rows {
+			if len(row.IDs) <= maxLen {
+				all = append(all, SFTExample{IDs: row.IDs, Loss: row.Train})
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed), 0xac7))
+	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	return all[:min(n, len(all))]
 }
 
 // iterStats accumulates an iteration's metrics.
