@@ -131,7 +131,7 @@ func TestResumeAfterKillMatchesUninterruptedRun(t *testing.T) {
 	// last-bit differences that Adam's normalisation amplifies to about the
 	// learning rate). A small rate keeps those far below what could flip a
 	// sampled token, so the comparison below can demand identical records.
-	cfg.RL.LR = 1e-5
+	cfg.RL.LR, cfg.Stage1.LR = 1e-5, 1e-5
 	ref, err := orchestrator.Start(context.Background(), cfg, tinyDeps())
 	if err != nil {
 		t.Fatal(err)
