@@ -54,6 +54,13 @@ func WriteReport(dir string) error {
 	if err := ch.PNG(filepath.Join(d.report(), "learning_curve.png"), 800, 450); err != nil {
 		return err
 	}
+	if len(it) > 0 {
+		rc := plot.Chart{Title: "mean episode return of training rollouts (success − invalid-action penalties)", XLabel: "iteration", YLabel: "return",
+			Series: []plot.Series{{Name: "mean return", X: it, Y: ret}}}
+		if err := rc.PNG(filepath.Join(d.report(), "return.png"), 800, 450); err != nil {
+			return err
+		}
+	}
 	if cfg.Distills() && len(it) > 0 {
 		g := plot.Chart{Title: "distillation: gate mean and share of tokens with teacher shift > 0", XLabel: "iteration", YMin: 0, YMax: 1,
 			Series: []plot.Series{{Name: "gate mean", X: it, Y: gate}, {Name: "share Δ>0", X: it, Y: pos}}}
@@ -97,5 +104,8 @@ func WriteReport(dir string) error {
 		}
 	}
 	b.WriteString("\n![learning curve](learning_curve.png)\n")
+	if len(it) > 0 {
+		b.WriteString("![mean return](return.png)\n")
+	}
 	return writeAtomic(filepath.Join(d.report(), "results.md"), []byte(b.String()))
 }
