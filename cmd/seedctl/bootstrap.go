@@ -47,6 +47,7 @@ func bootstrapCommand() *cli.Command {
 			&cli.Float64Flag{Name: "epochs", Usage: "override the pre-training epochs"},
 			&cli.IntFlag{Name: "batch-tokens", Usage: "override the padded tokens per optimizer step"},
 			&cli.Float64Flag{Name: "lr", Usage: "override the peak learning rate"},
+			&cli.Float64Flag{Name: "noise", Value: -1, Usage: "override the share of random actions in demonstrations"},
 			&cli.BoolFlag{Name: "prompt-loss", Usage: "train on every token (observations too), not only the responses"},
 			&cli.BoolFlag{Name: "rebuild", Usage: "build even when a cached model exists"},
 		},
@@ -69,8 +70,14 @@ func bootstrapCommand() *cli.Command {
 			if lr := c.Float64("lr"); lr > 0 {
 				r.SFT.LR = lr
 			}
+			if c.IsSet("noise") {
+				r.Corpus.Noise = c.Float64("noise")
+			}
 			if c.IsSet("prompt-loss") {
 				r.PromptLoss = c.Bool("prompt-loss")
+			}
+			if err := r.Corpus.Validate(); err != nil {
+				return cli.Exit("model bootstrap: "+err.Error(), 2)
 			}
 			if err := r.SFT.Validate(); err != nil {
 				return cli.Exit("model bootstrap: "+err.Error(), 2)
