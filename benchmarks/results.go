@@ -67,7 +67,7 @@ func shareKey(s float64) string { return fmt.Sprintf("%.0f%%", 100*s) }
 
 // Summarize computes the figures from outcomes.
 func Summarize(outs []Outcome) Figures {
-	f := Figures{Main: map[string]map[string]Stat{}, ShareSeen: map[string]map[string]Stat{}, Families: map[string]map[string]Stat{}, Cost: map[string]map[string]Stat{}}
+	var f Figures
 	collect := map[string]map[string][]float64{}
 	put := func(m map[string]map[string][]float64, a, k string, v float64) {
 		if m[a] == nil {
@@ -111,14 +111,7 @@ func Summarize(outs []Outcome) Figures {
 			}
 		}
 	}
-	for dst, src := range map[*map[string]map[string]Stat]map[string]map[string][]float64{&f.Main: collect, &f.ShareSeen: share, &f.Families: fam, &f.Cost: cost} {
-		for a, m := range src {
-			(*dst)[a] = map[string]Stat{}
-			for k, xs := range m {
-				(*dst)[a][k] = stat(xs)
-			}
-		}
-	}
+	f.Main, f.ShareSeen, f.Families, f.Cost = stats(collect), stats(share), stats(fam), stats(cost)
 	f.ShareNeeded = "not reached"
 	if g, ok := f.ShareSeen[orchestrator.AlgoGRPO]["100%"]; ok {
 		var shares []string
@@ -139,6 +132,18 @@ func Summarize(outs []Outcome) Figures {
 		}
 	}
 	return f
+}
+
+// stats turns samples by (row, column) into mean ± std.
+func stats(m map[string]map[string][]float64) map[string]map[string]Stat {
+	out := map[string]map[string]Stat{}
+	for a, row := range m {
+		out[a] = map[string]Stat{}
+		for k, xs := range row {
+			out[a][k] = stat(xs)
+		}
+	}
+	return out
 }
 
 func pct(k string) float64 {

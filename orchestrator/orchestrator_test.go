@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,7 +107,7 @@ func TestPlainRowsWindowMode(t *testing.T) {
 		t.Fatalf("%d rows, %v", len(rows), err)
 	}
 	r := rows[0]
-	if !equalIDs(r.IDs, []int{1, 2, 3, 7, 8}) || r.Train[2] || !r.Train[3] || !r.Train[4] || r.OldLogP[4] != -0.25 || r.Advantage != 0.7 {
+	if !slices.Equal(r.IDs, []int{1, 2, 3, 7, 8}) || r.Train[2] || !r.Train[3] || !r.Train[4] || r.OldLogP[4] != -0.25 || r.Advantage != 0.7 {
 		t.Errorf("row 0 %+v", r)
 	}
 }

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/skills"
@@ -92,7 +93,7 @@ func attachTeacher(rows []Row, tc *skills.TeacherContext) ([][]int, error) {
 	out := make([][]int, len(rows))
 	for i, p := range tc.Pairs {
 		r := &rows[i]
-		if !equalIDs(p.Plain, r.IDs) {
+		if !slices.Equal(p.Plain, r.IDs) {
 			return nil, fmt.Errorf("teacher context of %s pair %d: plain sequence differs from the trajectory's: %w", tc.TrajectoryID, i, skills.ErrMisaligned)
 		}
 		any := false
@@ -131,16 +132,4 @@ func fillTeacher(r *Row, p skills.SeqPair, lp []float32) {
 			r.TeacherLogP[sp.PlainStart+j] = lp[sp.TeacherStart+j]
 		}
 	}
-}
-
-func equalIDs(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

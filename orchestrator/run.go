@@ -253,6 +253,9 @@ func (r *run) serve(ctx context.Context, dir string) error {
 	} else if err := r.backend.Publish(ctx, dir, filepath.Base(dir)); err != nil {
 		return fmt.Errorf("publishing %s: %w", dir, err)
 	}
+	if r.policy != nil {
+		return nil // checkpoints keep the tokenizer and chat template: no need to re-read them
+	}
 	p, err := rollout.LoadPolicy(dir, r.backend)
 	if err != nil {
 		return err

@@ -99,14 +99,11 @@ func readState(d runDir) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading run state: %w", err)
 	}
-	var s State
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("run state %s: %w", d.state(), err)
+	s, err := ParseState(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", d.state(), err)
 	}
-	if s.Version != stateVersion {
-		return nil, fmt.Errorf("run state %s: version %d, this seedctl writes %d", d.state(), s.Version, stateVersion)
-	}
-	return &s, nil
+	return s, nil
 }
 
 // MetricsLine is one line of metrics.jsonl.

@@ -183,17 +183,24 @@ func microBatches(lens []int, maxTokens int) [][]int {
 		order[i] = i
 	}
 	sort.SliceStable(order, func(a, b int) bool { return lens[order[a]] > lens[order[b]] })
+	return groupPadded(order, func(i int) int { return lens[i] }, maxTokens)
+}
+
+// groupPadded splits items, in the given order, into consecutive groups
+// whose padded size (members × longest member) stays within limit; an item
+// longer than limit forms its own group.
+func groupPadded(order []int, length func(int) int, limit int) [][]int {
 	var out [][]int
 	var cur []int
 	width := 0
 	for _, i := range order {
-		w := max(width, lens[i])
-		if len(cur) > 0 && (len(cur)+1)*w > maxTokens {
+		l := length(i)
+		if len(cur) > 0 && (len(cur)+1)*max(width, l) > limit {
 			out = append(out, cur)
-			cur, w = nil, lens[i]
+			cur, width = nil, 0
 		}
 		cur = append(cur, i)
-		width = w
+		width = max(width, l)
 	}
 	if len(cur) > 0 {
 		out = append(out, cur)

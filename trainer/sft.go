@@ -142,23 +142,7 @@ func (c SFTConfig) lrAt(step, steps int) float64 {
 // batches groups shuffled examples so each batch's padded size stays within
 // BatchTokens.
 func (c SFTConfig) batches(data []SFTExample, r *rand.Rand) [][]int {
-	order := r.Perm(len(data))
-	var out [][]int
-	var cur []int
-	maxLen := 0
-	for _, i := range order {
-		l := len(data[i].IDs)
-		if len(cur) > 0 && (len(cur)+1)*max(maxLen, l) > c.BatchTokens {
-			out = append(out, cur)
-			cur, maxLen = nil, 0
-		}
-		cur = append(cur, i)
-		maxLen = max(maxLen, l)
-	}
-	if len(cur) > 0 {
-		out = append(out, cur)
-	}
-	return out
+	return groupPadded(r.Perm(len(data)), func(i int) int { return len(data[i].IDs) }, c.BatchTokens)
 }
 
 // TrainSFT fine-tunes m on data: next-token NLL on the marked tokens, AdamW,
@@ -261,34 +245,26 @@ func (c SFTConfig) accumulate(m *Model, data []SFTExample, batch []int) (float64
 		}
 	}
 	loss := 0.0
-	var cur [][]int
-	width := 0
-	flush := func() error {
-		if len(cur) == 0 {
-			return nil
-		}
-		in, targets, n := sftRows(data, cur)
-		if n > 0 {
-			l, err := m.nllBackward(in, targets, total)
-			if err != nil {
-				return err
-			}
-			loss += l
-		}
-		cur, width = nil, 0
-		return nil
+	idx := make([]int, len(rows))
+	for i := range idx {
+		idx[i] = i
 	}
-	for _, r := range rows {
-		l := rowLen(data, r)
-		if len(cur) > 0 && (len(cur)+1)*max(width, l) > limit {
-			if err := flush(); err != nil {
-				return loss, err
-			}
+	for _, mb := range groupPadded(idx, func(i int) int { return rowLen(data, rows[i]) }, limit) {
+		group := make([][]int, len(mb))
+		for k, i := range mb {
+			group[k] = rows[i]
 		}
-		cur = append(cur, r)
-		width = max(width, l)
+		in, targets, n := sftRows(data, group)
+		if n == 0 {
+			continue
+		}
+		l, err := m.nllBackward(in, targets, total)
+		if err != nil {
+			return loss, err
+		}
+		loss += l
 	}
-	return loss, flush()
+	return loss, nil
 }
 
 // rowLen is the input length of a row holding the given examples.
