@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"testing"
 	"time"
@@ -97,4 +98,45 @@ func BenchmarkTrainStep(b *testing.B) {
 	}
 	b.ReportMetric(peer.TokensPerS, "torch-tokens/s")
 	b.ReportMetric(tokS/peer.TokensPerS, "go/torch")
+}
+
+// BenchmarkBackwardRepeatability measures how often libtorch's CPU backward
+// gives a different gradient for the same weights and batch: it repeats one
+// forward+backward 20 times (GC off) and reports the number of distinct
+// gradient norms (1 would be bit-exact) and whether the loss ever differed.
+func BenchmarkBackwardRepeatability(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	var data []SFTExample
+	for i := 0; i < 8; i++ {
+		s := make([]int, 200+r.IntN(200))
+		l := make([]bool, len(s))
+		for k := range s {
+			s[k] = r.IntN(97)
+			l[k] = k > len(s)/2
+		}
+		data = append(data, SFTExample{IDs: s, Loss: l})
+	}
+	c := tinyConfig(ArchQwen2)
+	c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = 128, 384, 4
+	m, _ := InitRandom(c, ModelOptions{}, 1)
+	opt, _ := m.NewAdamW(1e-3, 0)
+	cfg := DefaultSFTConfig()
+	cfg.BatchTokens, cfg.MaxLen = 4096, 1024
+	batch := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	for i := 0; i < b.N; i++ {
+		norms, losses := map[float64]bool{}, map[float64]bool{}
+		for rep := 0; rep < 20; rep++ {
+			quiesceGC()
+			loss, err := cfg.accumulate(m, data, batch)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, _ := opt.GradNorm()
+			m.ZeroGrad()
+			norms[n], losses[loss] = true, true
+		}
+		b.ReportMetric(float64(len(norms)), "distinct-grad-norms/20")
+		b.ReportMetric(float64(len(losses)), "distinct-losses/20")
+	}
 }
