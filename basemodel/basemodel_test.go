@@ -2,6 +2,7 @@ package basemodel
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -99,6 +100,11 @@ func TestEncodeMatchesRolloutPrompts(t *testing.T) {
 	for _, e := range eps {
 		var past []rollout.Step
 		for _, s := range e.Steps {
+			if s.Random {
+				// Noise actions are context for later steps, never targets.
+				past = append(past, rollout.Step{Action: s.Action, Observation: s.After})
+				continue
+			}
 			user := rollout.InsertSkills(rollout.WindowText(tmpl, e.FirstObs, past, r.Window, s.Obs, s.Admissible), tmpl.ActionRequest, e.EpisodeHint, s.StepHint)
 			prompt, _ := p.StartIDs(e.System, user)
 			resp, _ := tok.Encode(s.Response)
@@ -153,6 +159,36 @@ func TestEnsureBuildsOnceAndReuses(t *testing.T) {
 	r2.Seed = 2
 	if r2.Key() == r.Key() {
 		t.Error("a changed recipe keeps its key")
+	}
+	var report BuildReport
+	if b, err := os.ReadFile(filepath.Join(dir, "build.json")); err != nil || json.Unmarshal(b, &report) != nil {
+		t.Fatalf("build.json: %v", err)
+	}
+	if report.Examples == 0 || report.HeldOut.PlainSteps == 0 || report.FinalLoss <= 0 {
+		t.Errorf("build.json lacks the build's measurements: %+v", report)
+	}
+}
+
+// TestBuildIsReproducible: the same recipe builds bit-identical weights
+// (same checkpoint hash) in one process, run after run.
+func TestBuildIsReproducible(t *testing.T) {
+	r, _ := DefaultRecipe(household.Name, "tiny")
+	r.Corpus.Episodes, r.SFT.Epochs, r.VocabSize, r.Hidden, r.Layers, r.Inter, r.HeldOutEpisodes = 12, 1, 500, 32, 2, 64, -1
+	r.SFT.BatchTokens, r.SFT.MaxLen = 2048, 2048
+	var hashes []string
+	for i := 0; i < 2; i++ {
+		dir := filepath.Join(t.TempDir(), "base")
+		if err := Build(context.Background(), r, dir, zerolog.Nop(), nil); err != nil {
+			t.Fatal(err)
+		}
+		h, err := WeightsHash(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hashes = append(hashes, h)
+	}
+	if hashes[0] != hashes[1] {
+		t.Fatalf("the same recipe built different weights: %v", hashes)
 	}
 }
 

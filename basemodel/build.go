@@ -1,6 +1,7 @@
 package basemodel
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -22,7 +24,7 @@ import (
 
 // RecipeVersion changes whenever the way base models are built changes, so
 // cached models from older recipes are rebuilt.
-const RecipeVersion = 6
+const RecipeVersion = 7
 
 // Recipe is everything that determines a base model.
 type Recipe struct {
@@ -42,8 +44,18 @@ type Recipe struct {
 	Inter     int               `json:"intermediate"`
 	SFT       trainer.SFTConfig `json:"sft"`
 	// PromptLoss trains on every token, not only the responses.
-	PromptLoss bool   `json:"prompt_loss,omitempty"`
+	PromptLoss bool `json:"prompt_loss,omitempty"`
+	// EntityTokens pre-tokenizes "word number" as one piece
+	// (tokenizer.EntityPattern), so numbered entities become single tokens.
+	EntityTokens bool `json:"entity_tokens,omitempty"`
+	// RareRepeat repeats window-mode examples of rare decisions (take,
+	// move, heat, cool, clean, use) this many times.
+	RareRepeat int    `json:"rare_repeat,omitempty"`
 	Seed       uint64 `json:"seed"`
+	// HeldOutEpisodes is how many held-out demonstrations the build is
+	// measured on (0: 40; negative: none). It does not change the model,
+	// so it is not part of the cache key.
+	HeldOutEpisodes int `json:"-"`
 }
 
 // DefaultRecipe is the measured default for env and size ("tiny" or "small").
@@ -53,7 +65,7 @@ func DefaultRecipe(env, size string) (Recipe, error) {
 	// contexts); see the README's base-model section for what was measured.
 	r := Recipe{Version: RecipeVersion, Env: env, Size: size, Seed: 1, Mode: rollout.ModeWindow, Window: 3,
 		Corpus:     CorpusConfig{Episodes: 400, Noise: 0.1, HintShare: 0.35, StepHintShare: 0.3, Seed: 1, MaxSteps: 30, AnalysisShare: 0.25},
-		PromptLoss: true}
+		PromptLoss: true, EntityTokens: true, RareRepeat: 4}
 	// Small batches (more optimizer steps for the same compute) and the
 	// loss on every token measured better than 8k-token batches on actions
 	// only (README, "Tiny base policies").
@@ -62,9 +74,9 @@ func DefaultRecipe(env, size string) (Recipe, error) {
 	r.SFT = sft
 	switch size {
 	case "tiny":
-		r.VocabSize, r.Hidden, r.Layers, r.Heads, r.KVHeads, r.Inter = 1024, 128, 4, 4, 2, 384
+		r.VocabSize, r.Hidden, r.Layers, r.Heads, r.KVHeads, r.Inter = 2048, 128, 4, 4, 2, 384
 	case "small":
-		r.VocabSize, r.Hidden, r.Layers, r.Heads, r.KVHeads, r.Inter = 2048, 192, 6, 6, 2, 512
+		r.VocabSize, r.Hidden, r.Layers, r.Heads, r.KVHeads, r.Inter = 3072, 192, 6, 6, 2, 512
 		r.Corpus.Episodes = 800
 	default:
 		return Recipe{}, fmt.Errorf("base model size %q: want tiny or small", size)
@@ -79,6 +91,22 @@ func DefaultRecipe(env, size string) (Recipe, error) {
 		r.Corpus.MaxSteps = 6
 	}
 	return r, nil
+}
+
+// heldOutEpisodes is how many demonstrations a build is measured on.
+const heldOutEpisodes = 40
+
+// BuildReport is what a build measured, saved as build.json next to the
+// weights.
+type BuildReport struct {
+	Episodes     int      `json:"episodes"`
+	ExpertWon    int      `json:"expert_won"`
+	Examples     int      `json:"examples"`
+	Tokens       int      `json:"tokens"`
+	FinalLoss    float64  `json:"final_loss"`
+	TrainSeconds float64  `json:"train_seconds"`
+	Seconds      float64  `json:"seconds"`
+	HeldOut      Accuracy `json:"held_out_accuracy"`
 }
 
 // Key names a recipe's cache folder.
@@ -153,7 +181,15 @@ func Build(ctx context.Context, r Recipe, out string, log zerolog.Logger, progre
 	progress("tokenizer", 0, 1, "")
 	tc := tokenizer.DefaultTrainConfig()
 	tc.VocabSize = r.VocabSize
+	if r.EntityTokens {
+		tc.Pattern = tokenizer.EntityPattern
+	}
 	texts := append(Texts(eps), tokenizer.Qwen25ChatTemplate)
+	// The prompt format's own words (window headers, the action request).
+	tmpl := rollout.TemplateFor(r.Env)
+	for _, e := range eps[:min(len(eps), 50)] {
+		texts = append(texts, e.userTexts(tmpl, r.Mode, r.Window)...)
+	}
 	tok, err := tokenizer.TrainBPE(texts, tc)
 	if err != nil {
 		return fmt.Errorf("training the tokenizer: %w", err)
@@ -165,7 +201,7 @@ func Build(ctx context.Context, r Recipe, out string, log zerolog.Logger, progre
 	if err != nil {
 		return err
 	}
-	examples, tokens, err := Encode(eps, policy, rollout.TemplateFor(r.Env), r.Mode, r.Window)
+	examples, tokens, err := EncodeRepeated(eps, policy, tmpl, r.Mode, r.Window, max(1, r.RareRepeat))
 	if err != nil {
 		return err
 	}
@@ -205,7 +241,9 @@ func Build(ctx context.Context, r Recipe, out string, log zerolog.Logger, progre
 	}
 	defer m.Close()
 	trainStart := time.Now()
+	lastLoss := 0.0
 	err = trainer.TrainSFT(ctx, m, examples, r.SFT, func(p trainer.SFTProgress) {
+		lastLoss = p.Loss
 		rate := float64(p.Tokens) / p.Elapsed.Seconds()
 		progress("pretrain", p.Step, p.Steps, fmt.Sprintf("loss %.3f, %.0f trained tokens/s", p.Loss, rate))
 	})
@@ -213,9 +251,28 @@ func Build(ctx context.Context, r Recipe, out string, log zerolog.Logger, progre
 		return fmt.Errorf("pre-training the %s base model: %w", r.Env, err)
 	}
 	log.Info().Dur("took", time.Since(trainStart)).Msg("pre-training done")
+	report := BuildReport{Episodes: len(eps), ExpertWon: won, Examples: len(examples), Tokens: tokens, FinalLoss: lastLoss,
+		TrainSeconds: time.Since(trainStart).Seconds()}
+	if n := cmp.Or(r.HeldOutEpisodes, heldOutEpisodes); r.Mode == rollout.ModeWindow && n > 0 {
+		progress("held-out accuracy", 0, 1, "")
+		held, err := HeldOut(ctx, b, r.Corpus, n)
+		if err != nil {
+			return fmt.Errorf("held-out demonstrations: %w", err)
+		}
+		if report.HeldOut, err = MeasureAccuracy(m, policy, tmpl, held, r.Mode, r.Window); err != nil {
+			return err
+		}
+		progress("held-out accuracy", 1, 1, fmt.Sprintf("plain %.1f%% of %d steps, hinted %.1f%% of %d", 100*report.HeldOut.Plain, report.HeldOut.PlainSteps, 100*report.HeldOut.Hinted, report.HeldOut.HintedSteps))
+		log.Info().Float64("plain", report.HeldOut.Plain).Float64("hinted", report.HeldOut.Hinted).Msg("held-out step accuracy (greedy reply = expert's)")
+	}
+	report.Seconds = time.Since(start).Seconds()
 	rb, _ := json.MarshalIndent(r, "", "  ")
+	bb, _ := json.MarshalIndent(report, "", "  ")
 	return m.Save(out, trainer.SaveOptions{WriteExtra: func(tmp string) error {
 		if err := tokenizer.Save(tmp, tok, tcfg); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(tmp, "build.json"), append(bb, '\n'), 0o644); err != nil {
 			return err
 		}
 		return os.WriteFile(filepath.Join(tmp, "recipe.json"), append(rb, '\n'), 0o644)
@@ -228,6 +285,26 @@ func Build(ctx context.Context, r Recipe, out string, log zerolog.Logger, progre
 // turn). Window mode: one sequence per step (its window prompt, then the
 // response and EOS, trained on).
 func Encode(eps []Episode, p *rollout.Policy, tmpl rollout.Template, mode string, window int) ([]trainer.SFTExample, int, error) {
+	return EncodeRepeated(eps, p, tmpl, mode, window, 1)
+}
+
+// rareVerb reports whether an action is one of the rare decisions of an
+// episode (taking, treating, placing, using), as opposed to the searching
+// moves (go to, open) that make up most steps.
+func rareVerb(action string) bool {
+	verb, _, _ := strings.Cut(action, " ")
+	switch verb {
+	case "take", "move", "heat", "cool", "clean", "use":
+		return true
+	}
+	return strings.HasPrefix(action, "click[buy") || strings.HasPrefix(action, "<answer>")
+}
+
+// EncodeRepeated is Encode with window-mode examples of rare decisions
+// (rareVerb) repeated `rare` times: one take and one placement per episode
+// against a dozen searching moves left a tiny model that never took
+// anything (0% held-out accuracy on take/move/heat/cool/clean/use).
+func EncodeRepeated(eps []Episode, p *rollout.Policy, tmpl rollout.Template, mode string, window, rare int) ([]trainer.SFTExample, int, error) {
 	var out []trainer.SFTExample
 	total := 0
 	add := func(ids []int, loss []bool) {
@@ -257,16 +334,24 @@ func Encode(eps []Episode, p *rollout.Policy, tmpl rollout.Template, mode string
 			}
 			resp = append(resp, p.EOS)
 			if mode == rollout.ModeWindow {
+				if s.Random {
+					continue // a noise action is context for later steps, never a target
+				}
 				ids, loss = nil, nil
 			}
 			ids = append(ids, prompt...)
 			loss = append(loss, make([]bool, len(prompt))...)
 			ids = append(ids, resp...)
 			for range resp {
-				loss = append(loss, true)
+				loss = append(loss, !s.Random)
 			}
 			if mode == rollout.ModeWindow {
 				add(ids, loss)
+				if rareVerb(s.Action) {
+					for range rare - 1 {
+						add(ids, loss)
+					}
+				}
 			}
 		}
 		if mode != rollout.ModeWindow {

@@ -26,6 +26,9 @@ type DemoStep struct {
 	Response   string // the demonstrated reply text
 	After      string // the environment's answer
 	StepHint   string // advice shown before the action request, if any
+	// Random marks a noise action: kept as context for the steps after it
+	// (so the model sees recoveries) but not trained on.
+	Random bool `json:",omitempty"`
 }
 
 // Episode is one demonstration.
@@ -54,6 +57,9 @@ type CorpusConfig struct {
 	MaxSteps      int
 	// AnalysisShare of episodes also yield a skill-writing example.
 	AnalysisShare float64 `json:",omitempty"`
+	// Offset skips the first training tasks (held-out demonstrations for
+	// measuring a built model come from after the corpus's tasks).
+	Offset int `json:",omitempty"`
 }
 
 // Validate names the first bad field.
@@ -133,11 +139,15 @@ func GenerateCorpus(ctx context.Context, b envadapters.Builtin, cfg CorpusConfig
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	n := min(cfg.Episodes, b.SplitSize(envadapters.Train))
-	tasks, err := b.Tasks(envadapters.Train, n)
+	n := min(cfg.Episodes, b.SplitSize(envadapters.Train)-cfg.Offset)
+	if n < 1 || cfg.Offset < 0 {
+		return nil, fmt.Errorf("corpus: %d episodes from train task %d do not fit the %d training tasks", cfg.Episodes, cfg.Offset, b.SplitSize(envadapters.Train))
+	}
+	tasks, err := b.Tasks(envadapters.Train, cfg.Offset+n)
 	if err != nil {
 		return nil, err
 	}
+	tasks = tasks[cfg.Offset:]
 	tmpl := rollout.TemplateFor(b.Name())
 	oracle := &skills.OracleAnalyzer{K: 0}
 	r := rand.New(rand.NewPCG(cfg.Seed, 77))
@@ -147,7 +157,7 @@ func GenerateCorpus(ctx context.Context, b envadapters.Builtin, cfg CorpusConfig
 			return nil, err
 		}
 		hinted := r.Float64() < cfg.HintShare
-		ep, traj, err := playDemo(ctx, b, task, tmpl, hinted, cfg.Seed+uint64(i), cfg.Noise, cfg.MaxSteps)
+		ep, traj, err := playDemo(ctx, b, task, tmpl, hinted, cfg.Seed+uint64(cfg.Offset+i), cfg.Noise, cfg.MaxSteps)
 		if err != nil {
 			return nil, fmt.Errorf("corpus episode %d (%s): %w", i, task.ID, err)
 		}
@@ -228,6 +238,9 @@ func playDemo(ctx context.Context, b envadapters.Builtin, task envadapters.Task,
 			return Episode{}, nil, err
 		}
 		ds := DemoStep{Obs: st.Observation, Admissible: st.Admissible, Action: a, Response: responseText(b.Name(), a)}
+		if r, ok := x.(interface{ WasRandom() bool }); ok {
+			ds.Random = r.WasRandom()
+		}
 		st, err = env.Step(ctx, a)
 		if err != nil {
 			return Episode{}, nil, err

@@ -30,6 +30,7 @@ type EvalConfig struct {
 	MaxTokens   int
 	Mode        string
 	Seed        int64
+	MaxSteps    int // 0: the environment's own limit
 }
 
 // EvalResult is success overall and per family.
@@ -99,6 +100,9 @@ func Evaluate(ctx context.Context, cfg EvalConfig, log zerolog.Logger, progress 
 	if cfg.MaxTokens > 0 {
 		rc.MaxTokensPerTurn = cfg.MaxTokens
 	}
+	if cfg.MaxSteps > 0 {
+		rc.EnvOptions = envadapters.Options{"max_steps": fmt.Sprint(cfg.MaxSteps)}
+	}
 	if cfg.Mode != "" {
 		rc.Mode = cfg.Mode
 	}
@@ -134,6 +138,22 @@ func Evaluate(ctx context.Context, cfg EvalConfig, log zerolog.Logger, progress 
 		res.PerFamily[t.Task.Family] = c
 	}
 	return res, nil
+}
+
+// Save writes the trajectories (trajectories.jsonl) and the result
+// (eval.json) into dir.
+func (r *EvalResult) Save(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("saving the eval: %w", err)
+	}
+	if err := rollout.WriteJSONL(filepath.Join(dir, "trajectories.jsonl"), r.Trajs); err != nil {
+		return fmt.Errorf("saving the eval's trajectories: %w", err)
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "eval.json"), append(b, '\n'), 0o644)
 }
 
 // ReadRecipe reads the recipe a bootstrapped model was built with.

@@ -232,6 +232,9 @@ func PlacesIn(firstObs string) []string {
 // observation, the admissible actions and the action request. Pre-training
 // corpora use it too, so they prompt exactly as rollouts do.
 func WindowText(tmpl Template, firstObs string, past []Step, window int, obs string, admissible []string) string {
+	if tmpl.CompactWindow {
+		return compactWindowText(tmpl, firstObs, past, window, obs, admissible)
+	}
 	var b strings.Builder
 	b.WriteString(strings.TrimSpace(firstObs))
 	if n := len(past); n > 0 {
@@ -398,3 +401,82 @@ func Summarize(trajs []*Trajectory, elapsed time.Duration) Metrics {
 	}
 	return m
 }
+
+// unsearched lists the places firstObs names whose contents no past step
+// has shown, in their listed order: a place counts as searched once the
+// agent arrived there and it was not closed, or opened it. (Arriving at a
+// closed cabinet and leaving shows nothing; a searcher must come back.)
+func unsearched(firstObs string, past []Step) []string {
+	done := map[string]bool{}
+	for _, s := range past {
+		if p, ok := strings.CutPrefix(s.Action, "go to "); ok && strings.HasPrefix(s.Observation, "You arrive at") && !strings.Contains(s.Observation, " is closed") {
+			done[p] = true
+		}
+		if p, ok := strings.CutPrefix(s.Action, "open "); ok && strings.HasPrefix(s.Observation, "You open") {
+			done[p] = true
+		}
+	}
+	var left []string
+	for _, p := range PlacesIn(firstObs) {
+		if !done[p] {
+			left = append(left, p)
+		}
+	}
+	return left
+}
+
+// compactWindowText is WindowText for Template.CompactWindow:
+//
+//	Your task is to: put a cool plate in cabinet.
+//	Places not searched yet: cabinet 2, cabinet 3, ….
+//	Step 1: go to cabinet 1 -> You arrive at cabinet 1. The cabinet 1 is closed.
+//	Step 2: open cabinet 1
+//	Now: You open the cabinet 1. The cabinet 1 is open. In it, you see nothing.
+//	Admissible actions: …
+//	<action request>
+//
+// The first observation's own text (the room listing) is left out: every
+// place it names is in the unsearched line until its contents were seen. Before the
+// first step, "Now:" is the first observation's opening sentence.
+func compactWindowText(tmpl Template, firstObs string, past []Step, window int, obs string, admissible []string) string {
+	var b strings.Builder
+	task := ""
+	if i := strings.Index(firstObs, TaskLinePrefix); i >= 0 {
+		task = strings.TrimSpace(firstObs[i:])
+		if j := strings.IndexByte(task, '\n'); j >= 0 {
+			task = task[:j]
+		}
+	}
+	if task != "" {
+		b.WriteString(task + "\n")
+	}
+	if tmpl.ListUnvisited {
+		if left := unsearched(firstObs, past); len(left) > 0 {
+			b.WriteString("Places not searched yet: " + strings.Join(left, ", ") + ".\n")
+		} else {
+			b.WriteString("Places not searched yet: none.\n")
+		}
+	}
+	n := len(past)
+	for k := max(0, n-window); k < n; k++ {
+		fmt.Fprintf(&b, "Step %d: %s", k+1, past[k].Action)
+		if k < n-1 {
+			b.WriteString(" -> " + oneLine(past[k].Observation))
+		}
+		b.WriteString("\n")
+	}
+	now := strings.TrimSpace(obs)
+	if n == 0 {
+		// "You are in the middle of a room. Looking quickly around you, …"
+		if head, _, ok := strings.Cut(now, " Looking quickly around you"); ok {
+			now = head
+		} else if i := strings.Index(now, TaskLinePrefix); i >= 0 {
+			now = strings.TrimSpace(now[:i])
+		}
+	}
+	b.WriteString("Now: " + oneLine(now))
+	return tmpl.UserText(b.String(), admissible)
+}
+
+// oneLine joins an observation's lines with spaces.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

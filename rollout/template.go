@@ -24,6 +24,13 @@ type Template struct {
 	// observation that the episode has not gone to yet, in their listed
 	// order: a search needs them, and the window shows only recent steps.
 	ListUnvisited bool
+	// CompactWindow renders window-mode turns for small models: the task
+	// line and the places not visited yet stand in for the first
+	// observation's room listing (which never changes), each past step is
+	// one "action -> observation" line, and the current observation is not
+	// repeated as the last step's. The decision-relevant state stays in
+	// fixed places, and the turn is about half as long.
+	CompactWindow bool
 	// Extract reads the action from the model's text; ok is false when the
 	// output has no usable action (an invalid step, never a crash).
 	Extract func(text string, admissible []string) (action string, ok bool)
@@ -67,10 +74,11 @@ func ExtractSearchAnswer(text string, _ []string) (string, bool) {
 var Templates = map[string]Template{
 	"household": {
 		System:         "You are an agent in a household. Act step by step to complete the task.",
-		ActionRequest:  "Next action (go to any place listed at the start, or one of the actions above), inside <action></action>:",
+		ActionRequest:  "Next action (go to a place, or one of the admissible actions), inside <action></action>:",
 		ListAdmissible: true,
 		SkipGoTo:       true,
 		ListUnvisited:  true,
+		CompactWindow:  true,
 		Extract:        ExtractTagged,
 	},
 	"webshop": {

@@ -215,6 +215,7 @@ func groupPadded(order []int, length func(int) int, limit int) [][]int {
 // weights are untouched, gradients are cleared, and the error wraps
 // ErrNonFinite.
 func (m *Model) RLStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLStats, err error) {
+	defer pinThread()()
 	start := time.Now()
 	if err := cfg.Validate(); err != nil {
 		return st, err

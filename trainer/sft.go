@@ -139,15 +139,31 @@ func (c SFTConfig) lrAt(step, steps int) float64 {
 	return c.LR * (c.MinLRFrac + (1-c.MinLRFrac)*0.5*(1+math.Cos(math.Pi*p)))
 }
 
+// bucketSize is how many shuffled examples are sorted by length together
+// before batching.
+const bucketSize = 512
+
 // batches groups shuffled examples so each batch's padded size stays within
-// BatchTokens.
+// BatchTokens. Examples are sorted by length within buckets of bucketSize
+// and the batches shuffled again, so a batch holds examples of similar
+// length: mixing a few long examples (skill-writing prompts) into batches of
+// short ones (acting turns) padded a third of every step.
 func (c SFTConfig) batches(data []SFTExample, r *rand.Rand) [][]int {
-	return groupPadded(r.Perm(len(data)), func(i int) int { return len(data[i].IDs) }, c.BatchTokens)
+	order := r.Perm(len(data))
+	length := func(i int) int { return len(data[i].IDs) }
+	for lo := 0; lo < len(order); lo += bucketSize {
+		b := order[lo:min(lo+bucketSize, len(order))]
+		sort.SliceStable(b, func(x, y int) bool { return length(b[x]) < length(b[y]) })
+	}
+	out := groupPadded(order, length, c.BatchTokens)
+	r.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
 }
 
 // TrainSFT fine-tunes m on data: next-token NLL on the marked tokens, AdamW,
 // clipping, warm-up and cosine decay. Deterministic for a seed.
 func TrainSFT(ctx context.Context, m *Model, data []SFTExample, cfg SFTConfig, progress func(SFTProgress)) error {
+	defer pinThread()()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"sort"
 	"text/tabwriter"
 	"time"
 
@@ -126,6 +127,8 @@ func evalCommand() *cli.Command {
 			&cli.Float64Flag{Name: "temperature", Value: 0},
 			&cli.IntFlag{Name: "max-tokens", Value: 48},
 			&cli.StringFlag{Name: "mode", Usage: "chat or window (default: what the model was bootstrapped for, else chat)"},
+			&cli.IntFlag{Name: "max-steps", Value: 20, Usage: "episode step limit (20: the embedded default's; 0: the environment's own)"},
+			&cli.StringFlag{Name: "save", Usage: "write the trajectories (JSONL) and the result (JSON) into this folder"},
 		},
 		Action: func(c *cli.Context) error {
 			log := logger(c)
@@ -135,7 +138,7 @@ func evalCommand() *cli.Command {
 			}
 			res, err := basemodel.Evaluate(c.Context, basemodel.EvalConfig{
 				ModelDir: c.String("model"), Env: c.String("env"), Split: split, Episodes: c.Int("episodes"), Offset: c.Int("offset"),
-				Hints: c.String("hints"), Temperature: c.Float64("temperature"), MaxTokens: c.Int("max-tokens"), Mode: c.String("mode"), Seed: 1,
+				Hints: c.String("hints"), Temperature: c.Float64("temperature"), MaxTokens: c.Int("max-tokens"), Mode: c.String("mode"), Seed: 1, MaxSteps: c.Int("max-steps"),
 			}, log, progressLine(c.App.ErrWriter, "eval"))
 			if err != nil {
 				return cli.Exit("eval: "+err.Error(), 1)
@@ -143,6 +146,11 @@ func evalCommand() *cli.Command {
 			hints := "plain prompts"
 			if c.String("hints") != "" {
 				hints = c.String("hints") + " hints in context"
+			}
+			if dir := c.String("save"); dir != "" {
+				if err := res.Save(dir); err != nil {
+					return cli.Exit("eval: "+err.Error(), 1)
+				}
 			}
 			w := c.App.Writer
 			fmt.Fprintf(w, "%s %s, %d episodes, %s: success %.1f%%, mean steps %.1f, invalid actions %.1f%% (%s)\n",
@@ -154,6 +162,46 @@ func evalCommand() *cli.Command {
 				fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f%%\n", f, c[0], c[1], 100*float64(c[0])/float64(c[1]))
 			}
 			return tw.Flush()
+		},
+	}
+}
+
+func accuracyCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "accuracy",
+		Usage: "held-out step accuracy of a bootstrapped base model: greedy reply = the expert's, plain and with hints, per verb",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "model", Required: true},
+			&cli.IntFlag{Name: "episodes", Value: 40, Usage: "held-out demonstrations (training tasks after the corpus's)"},
+			&cli.BoolFlag{Name: "misses", Usage: "print wrong replies"},
+		},
+		Action: func(c *cli.Context) error {
+			a, err := basemodel.MeasureModel(c.Context, c.String("model"), c.Int("episodes"))
+			if err != nil {
+				return cli.Exit("model accuracy: "+err.Error(), 1)
+			}
+			w := c.App.Writer
+			fmt.Fprintf(w, "plain %.1f%% of %d steps, hinted %.1f%% of %d steps\n", 100*a.Plain, a.PlainSteps, 100*a.Hinted, a.HintedSteps)
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "VERB\tRIGHT\tSTEPS\tACCURACY")
+			verbs := make([]string, 0, len(a.ByVerb))
+			for v := range a.ByVerb {
+				verbs = append(verbs, v)
+			}
+			sort.Strings(verbs)
+			for _, v := range verbs {
+				n := a.ByVerb[v]
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f%%\n", v, n[0], n[1], 100*float64(n[0])/float64(n[1]))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if c.Bool("misses") {
+				for _, m := range a.Misses {
+					fmt.Fprintln(w, m)
+				}
+			}
+			return nil
 		},
 	}
 }

@@ -28,8 +28,11 @@ type SearchExpert struct {
 	env   *Env
 	r     *rand.Rand
 	Noise float64
-	seen  map[*recep]bool
-	order []*recep
+	// Random reports whether the last Act was a random action (noise), so
+	// demonstrations can show its consequences without teaching it.
+	Random bool
+	seen   map[*recep]bool
+	order  []*recep
 }
 
 // NewSearchExpert returns a searching expert for a reset env that looks in
@@ -79,8 +82,10 @@ func (x *SearchExpert) Act() (string, error) {
 		return "", errors.New("household search expert: the episode is over")
 	}
 	x.observe()
+	x.Random = false
 	if x.Noise > 0 && x.r.Float64() < x.Noise {
 		adm := e.admissible()
+		x.Random = true
 		return adm[x.r.IntN(len(adm))], nil
 	}
 	return x.plan()
@@ -186,3 +191,6 @@ func firstOfType(w *world, typ string) *recep {
 	}
 	return nil
 }
+
+// WasRandom reports whether the last action was noise.
+func (x *SearchExpert) WasRandom() bool { return x.Random }

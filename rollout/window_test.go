@@ -1,0 +1,69 @@
+package rollout
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata golden files")
+
+const firstObs = "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a cabinet 2, a countertop 1, a fridge 1, and a microwave 1.\n\nYour task is to: put a cool apple in countertop."
+
+// TestCompactWindowText: the compact window turns (golden), and the state a
+// policy needs is in them — the task, the places left, the last steps and
+// where the agent is now — without repeating the current observation.
+func TestCompactWindowText(t *testing.T) {
+	tmpl := TemplateFor("household")
+	past := []Step{
+		{Action: "go to cabinet 1", Observation: "You arrive at cabinet 1. The cabinet 1 is closed."},
+		{Action: "open cabinet 1", Observation: "You open the cabinet 1. The cabinet 1 is open. In it, you see nothing."},
+		{Action: "go to fridge 1", Observation: "You arrive at fridge 1. The fridge 1 is closed."},
+		{Action: "open fridge 1", Observation: "You open the fridge 1. The fridge 1 is open. In it, you see a apple 1."},
+	}
+	var b strings.Builder
+	for n := 0; n <= len(past); n++ {
+		obs := firstObs
+		adm := []string{"inventory", "look"}
+		if n > 0 {
+			obs = past[n-1].Observation
+			adm = []string{"close fridge 1", "inventory", "look", "take apple 1 from fridge 1"}
+		}
+		got := WindowText(tmpl, firstObs, past[:n], 3, obs, adm)
+		if !strings.HasPrefix(got, "Your task is to: put a cool apple in countertop.\n") {
+			t.Errorf("step %d: the turn does not open with the task line:\n%s", n, got)
+		}
+		if strings.Contains(got, "Looking quickly around you") {
+			t.Errorf("step %d: the room listing is repeated:\n%s", n, got)
+		}
+		if n > 0 && strings.Count(got, oneLine(obs)) != 1 {
+			t.Errorf("step %d: the current observation appears %d times:\n%s", n, strings.Count(got, obs), got)
+		}
+		if n > 3 && strings.Contains(got, "Step 1:") {
+			t.Errorf("step %d: a step outside the window is shown", n)
+		}
+		withSkill := InsertSkills(got, tmpl.ActionRequest, "The apple is in fridge 1.", "Take the apple now.")
+		if !strings.Contains(withSkill, "countertop.\nSkill from experience: The apple is in fridge 1.\nPlaces not searched") {
+			t.Errorf("step %d: the episode skill is not right after the task line:\n%s", n, withSkill)
+		}
+		b.WriteString("=== " + string(rune('0'+n)) + " steps\n" + withSkill + "\n")
+	}
+	path := filepath.Join("testdata", "compact_window.golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if string(want) != b.String() {
+		t.Errorf("compact window turns differ from %s (run with -update if intended):\n%s", path, b.String())
+	}
+}
