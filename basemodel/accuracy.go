@@ -73,7 +73,7 @@ func MeasureAccuracy(m *trainer.Model, p *rollout.Policy, tmpl rollout.Template,
 			c[1]++
 			if ok {
 				c[0]++
-			} else if len(a.Misses) < 40 {
+			} else if len(a.Misses) < 400 {
 				text, _ := p.Tok.Decode(got, tokenizer.DecodeOptions{})
 				a.Misses = append(a.Misses, fmt.Sprintf("%s step %d: want %q, got %q", e.Task.ID, k, s.Response, text))
 			}

@@ -45,8 +45,11 @@ type Recipe struct {
 	SFT       trainer.SFTConfig `json:"sft"`
 	// PromptLoss trains on every token, not only the responses.
 	PromptLoss bool `json:"prompt_loss,omitempty"`
-	// EntityTokens pre-tokenizes "word number" as one piece
-	// (tokenizer.EntityPattern), so numbered entities become single tokens.
+	// EntityTokens makes every place the corpus's first observations name
+	// ("cabinet 4") one token, and numbers with their leading space (" 4")
+	// tokens of their own (tokenizer.EntityPattern and Entities): a place is
+	// copied from context as one token, an object ("apple 1") as the word
+	// its task names plus its number.
 	EntityTokens bool `json:"entity_tokens,omitempty"`
 	// RareRepeat repeats window-mode examples of rare decisions (take,
 	// move, heat, cool, clean, use) this many times.
@@ -182,7 +185,7 @@ func Build(ctx context.Context, r Recipe, out string, log zerolog.Logger, progre
 	tc := tokenizer.DefaultTrainConfig()
 	tc.VocabSize = r.VocabSize
 	if r.EntityTokens {
-		tc.Pattern = tokenizer.EntityPattern
+		tc.Pattern, tc.Entities = tokenizer.EntityPattern, Places(eps)
 	}
 	texts := append(Texts(eps), tokenizer.Qwen25ChatTemplate)
 	// The prompt format's own words (window headers, the action request).

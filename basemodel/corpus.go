@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"strings"
 
 	"github.com/seedctl/seedctl/envadapters"
@@ -263,6 +264,22 @@ func Texts(eps []Episode) []string {
 			out = append(out, s.Response, s.After, s.StepHint, strings.Join(s.Admissible, "; "))
 		}
 	}
+	return out
+}
+
+// Places lists every place the episodes' first observations name, sorted.
+func Places(eps []Episode) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, e := range eps {
+		for _, p := range rollout.PlacesIn(e.FirstObs) {
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	sort.Strings(out)
 	return out
 }
 

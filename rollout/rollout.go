@@ -425,6 +425,11 @@ func unsearched(firstObs string, past []Step) []string {
 	return left
 }
 
+// compactPlaces is how many unsearched places a compact turn names (the
+// next ones in listing order; a search needs only the next, and the full
+// list was a third of every turn).
+const compactPlaces = 6
+
 // compactWindowText is WindowText for Template.CompactWindow:
 //
 //	Your task is to: put a cool plate in cabinet.
@@ -451,7 +456,9 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 		b.WriteString(task + "\n")
 	}
 	if tmpl.ListUnvisited {
-		if left := unsearched(firstObs, past); len(left) > 0 {
+		if left := unsearched(firstObs, past); len(left) > compactPlaces {
+			fmt.Fprintf(&b, "Places not searched yet: %s and %d more.\n", strings.Join(left[:compactPlaces], ", "), len(left)-compactPlaces)
+		} else if len(left) > 0 {
 			b.WriteString("Places not searched yet: " + strings.Join(left, ", ") + ".\n")
 		} else {
 			b.WriteString("Places not searched yet: none.\n")

@@ -10,7 +10,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata golden files")
 
-const firstObs = "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a cabinet 2, a countertop 1, a fridge 1, and a microwave 1.\n\nYour task is to: put a cool apple in countertop."
+const firstObs = "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a cabinet 2, a cabinet 3, a cabinet 4, a countertop 1, a fridge 1, and a microwave 1.\n\nYour task is to: put a cool apple in countertop."
 
 // TestCompactWindowText: the compact window turns (golden), and the state a
 // policy needs is in them — the task, the places left, the last steps and

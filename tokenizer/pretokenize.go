@@ -19,10 +19,11 @@ const gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]
 const QwenPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 
 // EntityPattern is QwenPattern with one more piece first: a word, one
-// space and a number ("cabinet 10", " apple 2") stay together, so BPE can
-// learn numbered entities as single tokens. Tiny models then copy an entity
-// from their context as one token instead of binding a name to separately
-// tokenized digits, which they fail to learn in a few minutes of training.
+// space and a number ("cabinet 10", " apple 2") stay together, so that
+// TrainConfig.Entities can make chosen numbered names single tokens. Tiny
+// models then copy such a name from their context as one token instead of
+// binding a word to separately tokenized digits, which they fail to learn
+// in a few minutes of training.
 const EntityPattern = `[^\r\n\p{L}\p{N}]?\p{L}+ \p{N}+|` + QwenPattern
 
 // splitBehavior is what a Split pre-tokenizer does with the pattern's matches.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -23,6 +25,14 @@ type TrainConfig struct {
 	SpecialTokens []string
 	// Pattern is the pre-tokenizer regex; QwenPattern by default.
 	Pattern string
+	// Entities are "word number" names ("cabinet 4") that each become one
+	// token, on top of VocabSize. Pieces of the form "word number" are
+	// learned as the word and " number" apart, so no merge crosses the
+	// space; each entity then gets one final merge of its two halves (with
+	// and without a leading space). Other numbered names ("apple 1") stay
+	// two tokens, the word shared with the text that names the type. Use
+	// with EntityPattern, which keeps "word number" in one piece.
+	Entities []string
 }
 
 // DefaultTrainConfig suits the tiny models: a few thousand tokens and the
@@ -80,6 +90,7 @@ func TrainBPE(texts []string, cfg TrainConfig) (*Tokenizer, error) {
 
 	// Word frequencies, with special tokens cut out so no merge spans them.
 	counts := map[string]int{}
+	numbers := map[string]bool{} // " number" halves of "word number" pieces
 	for _, text := range texts {
 		for _, part := range splitOnAny(text, cfg.SpecialTokens) {
 			pieces, err := split.split([]string{part})
@@ -87,9 +98,18 @@ func TrainBPE(texts []string, cfg TrainConfig) (*Tokenizer, error) {
 				return nil, err
 			}
 			for _, p := range pieces {
-				if p != "" {
-					counts[byteLevelString(p)]++
+				if p == "" {
+					continue
 				}
+				if len(cfg.Entities) > 0 {
+					if m := entityPiece.FindStringSubmatch(p); m != nil {
+						counts[byteLevelString(m[1])]++
+						counts[byteLevelString(m[2])]++
+						numbers[m[2]] = true
+						continue
+					}
+				}
+				counts[byteLevelString(p)]++
 			}
 		}
 	}
@@ -185,6 +205,45 @@ func TrainBPE(texts []string, cfg TrainConfig) (*Tokenizer, error) {
 			if n <= 0 {
 				delete(pairCount, p)
 			}
+		}
+	}
+
+	// Every " number" of a "word number" piece is one token, merged before
+	// any entity: otherwise "cabinet 12" could become "cabinet 1" + "2".
+	var nums []string
+	for n := range numbers {
+		nums = append(nums, n)
+	}
+	sort.Strings(nums)
+	for _, n := range nums {
+		rs := []rune(byteLevelString(n))
+		cur := string(rs[0])
+		for _, r := range rs[1:] {
+			next := cur + string(r)
+			if _, have := symID[next]; !have {
+				symID[next] = len(symbols)
+				symbols = append(symbols, next)
+				merges = append(merges, [2]string{cur, string(r)})
+			}
+			cur = next
+		}
+	}
+	for _, e := range sortedUnique(cfg.Entities) {
+		m := entityPiece.FindStringSubmatch(" " + e)
+		if m == nil {
+			continue
+		}
+		word, num := strings.TrimPrefix(m[1], " "), m[2]
+		for _, lead := range []string{"", " "} {
+			a, b := byteLevelString(lead+word), byteLevelString(num)
+			_, okA := symID[a]
+			_, okB := symID[b]
+			if _, have := symID[a+b]; !okA || !okB || have {
+				continue
+			}
+			symID[a+b] = len(symbols)
+			symbols = append(symbols, a+b)
+			merges = append(merges, [2]string{a, b})
 		}
 	}
 
@@ -297,4 +356,14 @@ func writeFileAtomic(path string, data []byte) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
+}
+
+// entityPiece is a "word number" piece: the word (with what leads it) and
+// " number".
+var entityPiece = regexp.MustCompile(`^([^\r\n\pL\pN]?\pL+)( \pN+)$`)
+
+func sortedUnique(xs []string) []string {
+	out := append([]string(nil), xs...)
+	sort.Strings(out)
+	return slices.Compact(out)
 }

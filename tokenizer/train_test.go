@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -133,5 +135,74 @@ func TestSavedTokenizerAgreesWithTokenizersJS(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(want[i]) {
 			t.Errorf("Encode(%q)\n go %v\n js %v", s, got, want[i])
 		}
+	}
+}
+
+// TestTrainBPEEntities: listed numbered names are one token wherever they
+// appear, other numbered names are their word plus " number", no merge
+// crosses the space, and the tokenizer still round-trips and reloads.
+func TestTrainBPEEntities(t *testing.T) {
+	cfg := DefaultTrainConfig()
+	cfg.VocabSize, cfg.Pattern = 400, EntityPattern
+	for _, r := range []string{"cabinet", "drawer", "countertop", "fridge", "microwave", "sinkbasin", "shelf"} {
+		for n := 1; n <= 9; n++ {
+			cfg.Entities = append(cfg.Entities, fmt.Sprintf("%s %d", r, n))
+		}
+	}
+	corpus := trainingCorpus()
+	for i := 0; i < 20; i++ {
+		corpus = append(corpus, "You arrive at cabinet 12. The cabinet 12 is closed.")
+	}
+	tok, err := TrainBPE(corpus, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pieces := func(s string) []string {
+		ids, err := tok.Encode(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, id := range ids {
+			p, _ := tok.Decode([]int{id}, DecodeOptions{})
+			out = append(out, p)
+		}
+		return out
+	}
+	cases := []struct {
+		text string
+		want []string
+	}{
+		{" cabinet 4", []string{" cabinet 4"}},
+		{" fridge 3", []string{" fridge 3"}},
+		{" apple 2", []string{" apple", " 2"}},
+		{" spatula 3", []string{" spatula", " 3"}},
+		// Not an entity: the word, then the number (never "cabinet 1" + "2").
+		{" cabinet 12", []string{" cabinet", " 12"}},
+	}
+	for _, c := range cases {
+		got := pieces(c.text)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%q → %q, want %q", c.text, got, c.want)
+		}
+		if strings.Join(got, "") != c.text {
+			t.Errorf("%q decodes to %q", c.text, strings.Join(got, ""))
+		}
+	}
+	if got := pieces("take apple 2 from cabinet 4"); !slices.Contains(got, " apple") || !slices.Contains(got, " cabinet 4") {
+		t.Errorf("take apple 2 from cabinet 4 → %q", got)
+	}
+	dir := t.TempDir()
+	if err := Save(dir, tok, &Config{EOSToken: "<|im_end|>"}); err != nil {
+		t.Fatal(err)
+	}
+	again, _, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := tok.Encode("You arrive at cabinet 4. On the cabinet 4, you see a apple 2.")
+	b, _ := again.Encode("You arrive at cabinet 4. On the cabinet 4, you see a apple 2.")
+	if !slices.Equal(a, b) {
+		t.Errorf("the saved tokenizer encodes differently: %v vs %v", a, b)
 	}
 }

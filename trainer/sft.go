@@ -139,21 +139,26 @@ func (c SFTConfig) lrAt(step, steps int) float64 {
 	return c.LR * (c.MinLRFrac + (1-c.MinLRFrac)*0.5*(1+math.Cos(math.Pi*p)))
 }
 
-// bucketSize is how many shuffled examples are sorted by length together
-// before batching.
-const bucketSize = 512
+// bucketSize is how many shuffled examples are grouped by length class
+// together before batching; lengthClass is the width of a class in tokens.
+const (
+	bucketSize  = 512
+	lengthClass = 256
+)
 
 // batches groups shuffled examples so each batch's padded size stays within
-// BatchTokens. Examples are sorted by length within buckets of bucketSize
-// and the batches shuffled again, so a batch holds examples of similar
-// length: mixing a few long examples (skill-writing prompts) into batches of
-// short ones (acting turns) padded a third of every step.
+// BatchTokens. Within buckets of bucketSize shuffled examples, examples are
+// ordered by length class (lengthClass tokens wide; random order inside a
+// class) and the batches shuffled again: a few long examples (skill-writing
+// prompts) mixed into batches of short ones (acting turns) padded a third of
+// every step. Classes are coarse on purpose: batches sorted by exact length
+// learned a copy task half as well (each batch then teaches one length).
 func (c SFTConfig) batches(data []SFTExample, r *rand.Rand) [][]int {
 	order := r.Perm(len(data))
 	length := func(i int) int { return len(data[i].IDs) }
 	for lo := 0; lo < len(order); lo += bucketSize {
 		b := order[lo:min(lo+bucketSize, len(order))]
-		sort.SliceStable(b, func(x, y int) bool { return length(b[x]) < length(b[y]) })
+		sort.SliceStable(b, func(x, y int) bool { return length(b[x])/lengthClass < length(b[y])/lengthClass })
 	}
 	out := groupPadded(order, length, c.BatchTokens)
 	r.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })

@@ -44,13 +44,23 @@ func TestTrainSFTLearnsAndIsDeterministic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Mean step loss over the first and the last epoch: batches hold
+		// examples of similar length (bucketed), so one batch's loss says
+		// little about the whole.
 		var first, last float64
+		var nf, nl int
 		err = TrainSFT(context.Background(), m, data, cfg, func(p SFTProgress) {
-			if p.Step == 1 {
-				first = p.Loss
+			perEpoch := p.Steps / int(cfg.Epochs)
+			if p.Step <= perEpoch {
+				first += p.Loss
+				nf++
 			}
-			last = p.Loss
+			if p.Step > p.Steps-perEpoch {
+				last += p.Loss
+				nl++
+			}
 		})
+		first, last = first/float64(nf), last/float64(nl)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,12 +73,9 @@ func TestTrainSFTLearnsAndIsDeterministic(t *testing.T) {
 	if !(l1 < 0.5*f1) {
 		t.Errorf("loss %.3f → %.3f: did not halve", f1, l1)
 	}
-	// Same seed: same batches and updates. Bit-exactness is not guaranteed
-	// yet: backward passes still differ in the last bits between identical
-	// runs now and then (README, known issues), and training amplifies that
-	// a little, so the weights are compared to 1e-4 — a different shuffle
-	// seed moves them much further (checked below).
-	if math.Abs(s1-s2) > 1e-4*math.Abs(s1) {
+	// Same seed: same batches and updates, bit for bit (TrainSFT keeps its
+	// libtorch calls on one OS thread; see pinThread).
+	if s1 != s2 {
 		t.Errorf("two runs with the same seed gave weights %v and %v", s1, s2)
 	}
 	cfg.Seed = 2
