@@ -67,13 +67,13 @@ func DefaultRecipe(env, size string) (Recipe, error) {
 	// made pre-training ~6x slower per step on 2 cores (attention over long
 	// contexts); see the README's base-model section for what was measured.
 	r := Recipe{Version: RecipeVersion, Env: env, Size: size, Seed: 1, Mode: rollout.ModeWindow, Window: 3,
-		Corpus:     CorpusConfig{Episodes: 400, Noise: 0.1, HintShare: 0.35, StepHintShare: 0.3, Seed: 1, MaxSteps: 30, AnalysisShare: 0.25},
-		PromptLoss: true, EntityTokens: true, RareRepeat: 4}
+		Corpus:     CorpusConfig{Episodes: 400, Noise: 0.1, HintShare: 0.5, StepHintShare: 0.3, Seed: 1, MaxSteps: 30, AnalysisShare: 0.25},
+		PromptLoss: true, EntityTokens: true, RareRepeat: 2}
 	// Small batches (more optimizer steps for the same compute) and the
 	// loss on every token measured better than 8k-token batches on actions
 	// only (README, "Tiny base policies").
 	sft := trainer.DefaultSFTConfig()
-	sft.Epochs, sft.BatchTokens, sft.MaxLen, sft.LR, sft.WarmupFrac = 1, 4096, 4096, 3e-3, 0.05
+	sft.Epochs, sft.BatchTokens, sft.MaxLen, sft.LR, sft.WarmupFrac = 2.5, 4096, 4096, 4e-3, 0.05
 	r.SFT = sft
 	switch size {
 	case "tiny":
@@ -303,11 +303,21 @@ func rareVerb(action string) bool {
 	return strings.HasPrefix(action, "click[buy") || strings.HasPrefix(action, "<answer>")
 }
 
+// hintFirstRepeat is how often the first step of a hinted episode is
+// repeated when rare decisions are (EncodeRepeated with rare > 1): it is
+// the one step whose right action only the hint tells, and the base model
+// must learn to use hints for SEED's teacher contexts to carry a signal.
+const hintFirstRepeat = 4
+
 // EncodeRepeated is Encode with window-mode examples of rare decisions
 // (rareVerb) repeated `rare` times: one take and one placement per episode
 // against a dozen searching moves left a tiny model that never took
 // anything (0% held-out accuracy on take/move/heat/cool/clean/use).
 func EncodeRepeated(eps []Episode, p *rollout.Policy, tmpl rollout.Template, mode string, window, rare int) ([]trainer.SFTExample, int, error) {
+	hintFirstRepeat := hintFirstRepeat
+	if rare <= 1 {
+		hintFirstRepeat = 1
+	}
 	var out []trainer.SFTExample
 	total := 0
 	add := func(ids []int, loss []bool) {
@@ -350,10 +360,17 @@ func EncodeRepeated(eps []Episode, p *rollout.Policy, tmpl rollout.Template, mod
 			}
 			if mode == rollout.ModeWindow {
 				add(ids, loss)
-				if rareVerb(s.Action) {
-					for range rare - 1 {
-						add(ids, loss)
-					}
+				n := 1
+				switch {
+				case e.EpisodeHint != "" && k == 0:
+					// The step that needs the hint: going where the skill
+					// says the object is, instead of searching.
+					n = hintFirstRepeat
+				case rareVerb(s.Action):
+					n = rare
+				}
+				for range n - 1 {
+					add(ids, loss)
 				}
 			}
 		}

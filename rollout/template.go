@@ -73,8 +73,8 @@ func ExtractSearchAnswer(text string, _ []string) (string, bool) {
 // Templates are the built-in environments' prompts.
 var Templates = map[string]Template{
 	"household": {
-		System:         "You are an agent in a household. Act step by step to complete the task.",
-		ActionRequest:  "Next action (go to a place, or one of the admissible actions), inside <action></action>:",
+		System:         "You are a household agent.",
+		ActionRequest:  "Next action (go to a place, or an admissible action) in <action></action>:",
 		ListAdmissible: true,
 		SkipGoTo:       true,
 		ListUnvisited:  true,

@@ -103,7 +103,9 @@ func BenchmarkTrainStep(b *testing.B) {
 // BenchmarkBackwardRepeatability measures how often libtorch's CPU backward
 // gives a different gradient for the same weights and batch: it repeats one
 // forward+backward 20 times (GC off) and reports the number of distinct
-// gradient norms (1 would be bit-exact) and whether the loss ever differed.
+// gradient norms (1 would be bit-exact) and whether the loss ever differed,
+// with the goroutine free to move between OS threads mid-step ("free") and
+// pinned to one thread per repeat as TrainSFT and RLStep run ("pinned").
 func BenchmarkBackwardRepeatability(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
 	var data []SFTExample
@@ -124,19 +126,33 @@ func BenchmarkBackwardRepeatability(b *testing.B) {
 	cfg.BatchTokens, cfg.MaxLen = 4096, 1024
 	batch := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	for i := 0; i < b.N; i++ {
-		norms, losses := map[float64]bool{}, map[float64]bool{}
-		for rep := 0; rep < 20; rep++ {
-			quiesceGC()
-			loss, err := cfg.accumulate(m, data, batch)
-			if err != nil {
-				b.Fatal(err)
+	for _, pinned := range []bool{false, true} {
+		name := map[bool]string{false: "free", true: "pinned"}[pinned]
+		b.Run(name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				norms, losses := map[float64]bool{}, map[float64]bool{}
+				for rep := 0; rep < 20; rep++ {
+					quiesceGC()
+					done := make(chan struct{})
+					go func() {
+						defer close(done)
+						if pinned {
+							defer pinThread()()
+						}
+						loss, err := cfg.accumulate(m, data, batch)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						n, _ := opt.GradNorm()
+						m.ZeroGrad()
+						norms[n], losses[loss] = true, true
+					}()
+					<-done
+				}
+				b.ReportMetric(float64(len(norms)), "distinct-grad-norms/20")
+				b.ReportMetric(float64(len(losses)), "distinct-losses/20")
 			}
-			n, _ := opt.GradNorm()
-			m.ZeroGrad()
-			norms[n], losses[loss] = true, true
-		}
-		b.ReportMetric(float64(len(norms)), "distinct-grad-norms/20")
-		b.ReportMetric(float64(len(losses)), "distinct-losses/20")
+		})
 	}
 }
