@@ -58,6 +58,11 @@ type CorpusConfig struct {
 	MaxSteps      int
 	// AnalysisShare of episodes also yield a skill-writing example.
 	AnalysisShare float64 `json:",omitempty"`
+	// MistakeShare of steps are preceded by a plausible mistake (an action
+	// that does nothing, such as taking the goal object by a number not in
+	// sight), shown as context and never trained on, so the policy sees the
+	// expert go on after "Nothing happens." instead of repeating itself.
+	MistakeShare float64 `json:",omitempty"`
 	// Offset skips the first training tasks (held-out demonstrations for
 	// measuring a built model come from after the corpus's tasks).
 	Offset int `json:",omitempty"`
@@ -158,7 +163,7 @@ func GenerateCorpus(ctx context.Context, b envadapters.Builtin, cfg CorpusConfig
 			return nil, err
 		}
 		hinted := r.Float64() < cfg.HintShare
-		ep, traj, err := playDemo(ctx, b, task, tmpl, hinted, cfg.Seed+uint64(cfg.Offset+i), cfg.Noise, cfg.MaxSteps)
+		ep, traj, err := playDemo(ctx, b, task, tmpl, hinted, cfg.Seed+uint64(cfg.Offset+i), cfg.Noise, cfg.MistakeShare, cfg.MaxSteps)
 		if err != nil {
 			return nil, fmt.Errorf("corpus episode %d (%s): %w", i, task.ID, err)
 		}
@@ -217,7 +222,7 @@ func criticalGuess(t *rollout.Trajectory) []int {
 
 // playDemo runs one expert episode, recording plain turns and a trajectory
 // (for the oracle's hindsight skill).
-func playDemo(ctx context.Context, b envadapters.Builtin, task envadapters.Task, tmpl rollout.Template, hinted bool, seed uint64, noise float64, maxSteps int) (Episode, *rollout.Trajectory, error) {
+func playDemo(ctx context.Context, b envadapters.Builtin, task envadapters.Task, tmpl rollout.Template, hinted bool, seed uint64, noise, mistakes float64, maxSteps int) (Episode, *rollout.Trajectory, error) {
 	env, err := b.New(envadapters.Options{"max_steps": fmt.Sprint(maxSteps)})
 	if err != nil {
 		return Episode{}, nil, err
@@ -233,15 +238,25 @@ func playDemo(ctx context.Context, b envadapters.Builtin, task envadapters.Task,
 	}
 	ep := Episode{Task: task, System: tmpl.System, FirstObs: st.Observation}
 	traj := &rollout.Trajectory{ID: task.ID, Task: task, FirstObservation: st.Observation, Mode: rollout.ModeChat}
+	mr := rand.New(rand.NewPCG(seed, 91))
+	mistaker, _ := env.(interface{ Mistake(*rand.Rand) string })
 	for !st.Done {
-		a, err := x.Act()
-		if err != nil {
-			return Episode{}, nil, err
+		var a string
+		random := false
+		if mistaker != nil && mistakes > 0 && mr.Float64() < mistakes {
+			a = mistaker.Mistake(mr)
+			random = a != ""
 		}
-		ds := DemoStep{Obs: st.Observation, Admissible: st.Admissible, Action: a, Response: responseText(b.Name(), a)}
-		if r, ok := x.(interface{ WasRandom() bool }); ok {
-			ds.Random = r.WasRandom()
+		if a == "" {
+			var err error
+			if a, err = x.Act(); err != nil {
+				return Episode{}, nil, err
+			}
+			if r, ok := x.(interface{ WasRandom() bool }); ok {
+				random = r.WasRandom()
+			}
 		}
+		ds := DemoStep{Obs: st.Observation, Admissible: st.Admissible, Action: a, Response: responseText(b.Name(), a), Random: random}
 		st, err = env.Step(ctx, a)
 		if err != nil {
 			return Episode{}, nil, err

@@ -51,7 +51,7 @@ func OracleHints(ctx context.Context, b envadapters.Builtin, tasks []envadapters
 	out := map[string]string{}
 	oracle := &skills.OracleAnalyzer{K: 0}
 	for _, t := range tasks {
-		_, traj, err := playDemo(ctx, b, t, tmpl, true, 0, 0, 50)
+		_, traj, err := playDemo(ctx, b, t, tmpl, true, 0, 0, 0, 50)
 		if err != nil {
 			return nil, fmt.Errorf("hint for %s: %w", t.ID, err)
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 
@@ -376,4 +378,27 @@ func (e *Env) admissible() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Mistake returns an action a weak policy plausibly tries here that does
+// nothing: taking the goal object by a number that is not in sight, or
+// going to the place it is already at. Demonstrations show such mistakes
+// (and the expert going on after "Nothing happens.") so that a policy
+// trained on them has seen how to recover; "" when no such action exists
+// (nothing held and no place yet).
+func (e *Env) Mistake(r *rand.Rand) string {
+	if e.w == nil || e.done || e.at == nil {
+		return ""
+	}
+	g := e.w.goal
+	if e.held == nil && r.IntN(3) > 0 {
+		for range 4 {
+			name := fmt.Sprintf("%s %d", g.obj, 1+r.IntN(3))
+			a := fmt.Sprintf("take %s from %s", name, e.at.name)
+			if !slices.Contains(e.admissible(), a) {
+				return a
+			}
+		}
+	}
+	return "go to " + e.at.name
 }

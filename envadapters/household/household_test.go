@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -330,5 +331,45 @@ func TestSearchExpert(t *testing.T) {
 		if clean < 0.75 || noisy >= clean {
 			t.Errorf("%s: search expert %.2f, noisy %.2f", split, clean, noisy)
 		}
+	}
+}
+
+// TestMistakeDoesNothing: the demonstrations' mistakes are actions the env
+// answers with "Nothing happens." and that change nothing.
+func TestMistakeDoesNothing(t *testing.T) {
+	b := builtin{}
+	tasks, err := b.Tasks(envadapters.Train, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	ctx := context.Background()
+	seen := 0
+	for _, task := range tasks {
+		env, _ := b.New(nil)
+		st, _ := env.Reset(ctx, task)
+		x, _ := b.Expert(env)
+		for !st.Done {
+			h := env.(*Env)
+			if m := h.Mistake(r); m != "" {
+				seen++
+				before := h.admissible()
+				got, err := env.Step(ctx, m)
+				if err != nil || !got.Invalid || got.Observation != NothingHappens {
+					t.Fatalf("%s: mistake %q was not a no-op: %+v %v", task.ID, m, got, err)
+				}
+				if !slices.Equal(before, got.Admissible) {
+					t.Fatalf("%s: mistake %q changed the admissible actions", task.ID, m)
+				}
+			}
+			a, err := x.Act()
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, _ = env.Step(ctx, a)
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no mistakes generated")
 	}
 }
