@@ -265,6 +265,7 @@ func Build(ctx context.Context, r Recipe, out string, log zerolog.Logger, progre
 		if report.HeldOut, err = MeasureAccuracy(m, policy, tmpl, held, r.Mode, r.Window); err != nil {
 			return err
 		}
+		report.HeldOut.Misses = report.HeldOut.Misses[:min(len(report.HeldOut.Misses), 20)] // a sample to read, not every miss
 		progress("held-out accuracy", 1, 1, fmt.Sprintf("plain %.1f%% of %d steps, hinted %.1f%% of %d", 100*report.HeldOut.Plain, report.HeldOut.PlainSteps, 100*report.HeldOut.Hinted, report.HeldOut.HintedSteps))
 		log.Info().Float64("plain", report.HeldOut.Plain).Float64("hinted", report.HeldOut.Hinted).Msg("held-out step accuracy (greedy reply = expert's)")
 	}
