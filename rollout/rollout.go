@@ -464,6 +464,9 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 			b.WriteString("Places not searched yet: none.\n")
 		}
 	}
+	if tmpl.Notes {
+		b.WriteString(TakeNotes(task, past).Lines())
+	}
 	n := len(past)
 	for k := max(0, n-window); k < n; k++ {
 		fmt.Fprintf(&b, "Step %d: %s", k+1, past[k].Action)

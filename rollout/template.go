@@ -31,6 +31,10 @@ type Template struct {
 	// repeated as the last step's. The decision-relevant state stays in
 	// fixed places, and the turn is about half as long.
 	CompactWindow bool
+	// Notes adds, to compact window turns, what the agent holds and where
+	// it saw the objects its task names (TakeNotes: read off the
+	// trajectory text), which a short window forgets.
+	Notes bool
 	// Extract reads the action from the model's text; ok is false when the
 	// output has no usable action (an invalid step, never a crash).
 	Extract func(text string, admissible []string) (action string, ok bool)
@@ -79,6 +83,7 @@ var Templates = map[string]Template{
 		SkipGoTo:       true,
 		ListUnvisited:  true,
 		CompactWindow:  true,
+		Notes:          true,
 		Extract:        ExtractTagged,
 	},
 	"webshop": {
