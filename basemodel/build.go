@@ -24,7 +24,7 @@ import (
 
 // RecipeVersion changes whenever the way base models are built changes, so
 // cached models from older recipes are rebuilt.
-const RecipeVersion = 8
+const RecipeVersion = 7
 
 // Recipe is everything that determines a base model.
 type Recipe struct {

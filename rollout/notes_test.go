@@ -1,6 +1,9 @@
 package rollout
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestTakeNotes: holding, treatment and last-seen places follow the
 // observations, and only objects the task names are noted.
@@ -33,5 +36,20 @@ func TestTakeNotes(t *testing.T) {
 		if got := TakeNotes(task, steps[:c.n]).Lines(); got != c.want {
 			t.Errorf("after %d steps:\n got %q\nwant %q", c.n, got, c.want)
 		}
+	}
+}
+
+// TestCompactWindowNotes: with Template.Notes the notes follow the places
+// line; without, they are absent.
+func TestCompactWindowNotes(t *testing.T) {
+	past := []Step{{Action: "go to fridge 1", Observation: "You arrive at fridge 1. The fridge 1 is open. In it, you see a apple 1."}}
+	tmpl := TemplateFor("household")
+	if got := WindowText(tmpl, firstObs, past, 3, past[0].Observation, nil); strings.Contains(got, "Holding:") {
+		t.Errorf("notes without Template.Notes:\n%s", got)
+	}
+	tmpl.Notes = true
+	got := WindowText(tmpl, firstObs, past, 3, past[0].Observation, nil)
+	if !strings.Contains(got, "microwave 1.\nHolding: nothing.\nSeen: apple 1 in fridge 1.\nStep 1:") {
+		t.Errorf("notes missing or misplaced:\n%s", got)
 	}
 }

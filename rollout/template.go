@@ -33,7 +33,9 @@ type Template struct {
 	CompactWindow bool
 	// Notes adds, to compact window turns, what the agent holds and where
 	// it saw the objects its task names (TakeNotes: read off the
-	// trajectory text), which a short window forgets.
+	// trajectory text), which a short window forgets. Off for household:
+	// measured with recipe v8, it raised plain success but took away the
+	// gain from hints (see the README's base-model section).
 	Notes bool
 	// Extract reads the action from the model's text; ok is false when the
 	// output has no usable action (an invalid step, never a crash).
@@ -83,7 +85,6 @@ var Templates = map[string]Template{
 		SkipGoTo:       true,
 		ListUnvisited:  true,
 		CompactWindow:  true,
-		Notes:          true,
 		Extract:        ExtractTagged,
 	},
 	"webshop": {

@@ -104,6 +104,7 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "eval-episodes", Usage: "tasks per eval split"},
 			&cli.IntFlag{Name: "stage1-episodes", Usage: "trajectories analyzed for stage 1"},
 			&cli.Float64Flag{Name: "lr", Usage: "stage-2 learning rate"},
+			&cli.IntFlag{Name: "max-steps", Usage: "episode step limit (training and eval)"},
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "trainer device: cpu or cuda"},
 		},
 		Action: func(c *cli.Context) error {
@@ -176,6 +177,9 @@ func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) {
 	}
 	if v := c.Float64("lr"); v > 0 {
 		cfg.RL.LR = v
+	}
+	if v := c.Int("max-steps"); v > 0 {
+		cfg.Env.MaxSteps = v
 	}
 }
 
