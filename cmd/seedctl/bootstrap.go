@@ -49,6 +49,7 @@ func bootstrapCommand() *cli.Command {
 			&cli.IntFlag{Name: "batch-tokens", Usage: "override the padded tokens per optimizer step"},
 			&cli.Float64Flag{Name: "lr", Usage: "override the peak learning rate"},
 			&cli.Float64Flag{Name: "noise", Value: -1, Usage: "override the share of random actions in demonstrations"},
+			&cli.Float64Flag{Name: "hint-share", Value: -1, Usage: "override the share of demonstrations with hints in context"},
 			&cli.BoolFlag{Name: "prompt-loss", Usage: "train on every token (observations too), not only the responses"},
 			&cli.BoolFlag{Name: "rebuild", Usage: "build even when a cached model exists"},
 		},
@@ -73,6 +74,9 @@ func bootstrapCommand() *cli.Command {
 			}
 			if c.IsSet("noise") {
 				r.Corpus.Noise = c.Float64("noise")
+			}
+			if c.IsSet("hint-share") {
+				r.Corpus.HintShare = c.Float64("hint-share")
 			}
 			if c.IsSet("prompt-loss") {
 				r.PromptLoss = c.Bool("prompt-loss")
