@@ -24,7 +24,7 @@ import (
 
 // RecipeVersion changes whenever the way base models are built changes, so
 // cached models from older recipes are rebuilt.
-const RecipeVersion = 7
+const RecipeVersion = 9
 
 // Recipe is everything that determines a base model.
 type Recipe struct {
@@ -67,13 +67,13 @@ func DefaultRecipe(env, size string) (Recipe, error) {
 	// made pre-training ~6x slower per step on 2 cores (attention over long
 	// contexts); see the README's base-model section for what was measured.
 	r := Recipe{Version: RecipeVersion, Env: env, Size: size, Seed: 1, Mode: rollout.ModeWindow, Window: 3,
-		Corpus:     CorpusConfig{Episodes: 400, Noise: 0.1, HintShare: 0.5, StepHintShare: 0.3, Seed: 1, MaxSteps: 30, AnalysisShare: 0.25},
+		Corpus:     CorpusConfig{Episodes: 400, Noise: 0.1, HintShare: 0.65, StepHintShare: 0.3, Seed: 1, MaxSteps: 30, AnalysisShare: 0.25},
 		PromptLoss: true, EntityTokens: true, RareRepeat: 2}
 	// Small batches (more optimizer steps for the same compute) and the
 	// loss on every token measured better than 8k-token batches on actions
 	// only (README, "Tiny base policies").
 	sft := trainer.DefaultSFTConfig()
-	sft.Epochs, sft.BatchTokens, sft.MaxLen, sft.LR, sft.WarmupFrac = 2.5, 4096, 4096, 4e-3, 0.05
+	sft.Epochs, sft.BatchTokens, sft.MaxLen, sft.LR, sft.WarmupFrac = 3.5, 4096, 4096, 4e-3, 0.05
 	r.SFT = sft
 	switch size {
 	case "tiny":
