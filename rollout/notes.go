@@ -18,6 +18,9 @@ type Notes struct {
 	Seen []SeenAt
 }
 
+// treatedBy is the note an appliance verb leaves on an object.
+var treatedBy = map[string]string{"heat": "heated", "cool": "cooled", "clean": "cleaned"}
+
 // SeenAt is one object and the place it was last seen in.
 type SeenAt struct{ Object, Place string }
 
@@ -70,7 +73,7 @@ func TakeNotes(task string, past []Step) Notes {
 		case strings.HasPrefix(obs, "You heat the ") || strings.HasPrefix(obs, "You cool the ") || strings.HasPrefix(obs, "You clean the "):
 			verb, rest, _ := strings.Cut(strings.TrimPrefix(obs, "You "), " the ")
 			if obj, _, ok := strings.Cut(rest, " using the "); ok {
-				n.Treated[obj] = map[string]string{"heat": "heated", "cool": "cooled", "clean": "cleaned"}[verb]
+				n.Treated[obj] = treatedBy[verb]
 			}
 		}
 		at := placeOf(s.Action, obs)

@@ -210,21 +210,8 @@ func (r *Runner) windowText(e *episode) string {
 // PlacesIn lists the places an ALFWorld-style first observation names
 // ("… you see a cabinet 1, a drawer 2, and a sinkbasin 1."), in order.
 func PlacesIn(firstObs string) []string {
-	_, rest, ok := strings.Cut(firstObs, "you see ")
-	if !ok {
-		return nil
-	}
-	list, _, _ := strings.Cut(rest, ".")
-	var out []string
-	for _, item := range strings.Split(list, ",") {
-		item = strings.TrimSpace(item)
-		item = strings.TrimPrefix(item, "and ")
-		item = strings.TrimPrefix(strings.TrimPrefix(item, "a "), "an ")
-		if item != "" {
-			out = append(out, item)
-		}
-	}
-	return out
+	places, _ := seenItems(firstObs)
+	return places
 }
 
 // WindowText is a window-mode user turn: the first observation (with the

@@ -392,10 +392,11 @@ func (e *Env) Mistake(r *rand.Rand) string {
 	}
 	g := e.w.goal
 	if e.held == nil && r.IntN(3) > 0 {
+		adm := e.admissible()
 		for range 4 {
 			name := fmt.Sprintf("%s %d", g.obj, 1+r.IntN(3))
 			a := fmt.Sprintf("take %s from %s", name, e.at.name)
-			if !slices.Contains(e.admissible(), a) {
+			if !slices.Contains(adm, a) {
 				return a
 			}
 		}
