@@ -338,21 +338,10 @@ func (r *run) evaluate(ctx context.Context, k int) (*EvalPoint, error) {
 	return ep, nil
 }
 
-// progress prints "label: done/total episodes (rate, ETA)" at most every 2 s.
+// progress prints rollout or analysis progress at most every 2 s, with an
+// ETA bounded by the episode step limit when the config sets one.
 func (r *run) progress(label string) rollout.Progress {
-	start, last := time.Now(), time.Time{}
-	return func(done, total int) {
-		if r.deps.Progress == nil || (time.Since(last) < 2*time.Second && done < total) {
-			return
-		}
-		last = time.Now()
-		el := time.Since(start).Seconds()
-		eta := "?"
-		if done > 0 {
-			eta = (time.Duration(el/float64(done)*float64(total-done)) * time.Second).Round(time.Second).String()
-		}
-		fmt.Fprintf(r.deps.Progress, "%s: %d/%d episodes (%.1f/s, ETA %s)\n", label, done, total, float64(done)/max(el, 1e-9), eta)
-	}
+	return rollout.ProgressLine(r.deps.Progress, label, r.cfg.Env.MaxSteps, 2*time.Second)
 }
 
 // stage1 collects with the base policy, analyzes with the stage-1
@@ -486,7 +475,7 @@ func (r *run) analyze(ctx context.Context, an skills.Analyzer, trajs []*rollout.
 			part[i].Iteration = k
 		}
 		recs = append(recs, part...)
-		prog(len(recs), len(reqs))
+		prog(rollout.Status{Done: len(recs), Total: len(reqs)})
 	}
 	return recs, nil
 }

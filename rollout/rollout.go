@@ -109,9 +109,6 @@ type episode struct {
 	start   time.Time
 }
 
-// Progress is called after every turn with episodes finished and total.
-type Progress func(done, total int)
-
 // Run plays every task GroupSize times. Turns are synchronous across
 // episodes: each turn's generations go to the backend as one batch (at most
 // MaxInFlight at once), then every environment steps.
@@ -163,7 +160,7 @@ func (r *Runner) Run(ctx context.Context, tasks []envadapters.Task, iteration in
 			}
 		}
 		if progress != nil {
-			progress(finished, len(eps))
+			progress(Status{Done: finished, Total: len(eps), Turn: turn + 1})
 		}
 	}
 	out := make([]*Trajectory, len(eps))

@@ -112,7 +112,7 @@ func TestRunGroupsRecordsAndJSONL(t *testing.T) {
 		}
 		tasks := householdTasks(t, 3)
 		var progressCalls int
-		trajs, err := r.Run(context.Background(), tasks, 7, func(done, total int) { progressCalls++ })
+		trajs, err := r.Run(context.Background(), tasks, 7, func(Status) { progressCalls++ })
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -143,7 +143,7 @@ func evalCommand() *cli.Command {
 			res, err := basemodel.Evaluate(c.Context, basemodel.EvalConfig{
 				ModelDir: c.String("model"), Env: c.String("env"), Split: split, Episodes: c.Int("episodes"), Offset: c.Int("offset"),
 				Hints: c.String("hints"), Temperature: c.Float64("temperature"), MaxTokens: c.Int("max-tokens"), Mode: c.String("mode"), Seed: 1, MaxSteps: c.Int("max-steps"),
-			}, log, progressLine(c.App.ErrWriter, "eval"))
+			}, log, progressLine(c.App.ErrWriter, "eval", c.Int("max-steps")))
 			if err != nil {
 				return cli.Exit("eval: "+err.Error(), 1)
 			}

@@ -58,22 +58,9 @@ func openBackend(ctx context.Context, c *cli.Context, log zerolog.Logger) (infer
 	return b, p, nil
 }
 
-// progressLine prints "label: done/total (rate/s, ETA)" at most once a second.
-func progressLine(w io.Writer, label string) func(done, total int) {
-	start, last := time.Now(), time.Time{}
-	return func(done, total int) {
-		if time.Since(last) < time.Second && done < total {
-			return
-		}
-		last = time.Now()
-		el := time.Since(start).Seconds()
-		rate := float64(done) / max(el, 1e-9)
-		eta := "?"
-		if rate > 0 {
-			eta = (time.Duration(float64(total-done)/rate) * time.Second).Round(time.Second).String()
-		}
-		fmt.Fprintf(w, "%s: %d/%d episodes (%.2f/s, ETA %s)\n", label, done, total, rate, eta)
-	}
+// progressLine prints rollout progress to w at most once a second.
+func progressLine(w io.Writer, label string, maxTurns int) rollout.Progress {
+	return rollout.ProgressLine(w, label, maxTurns, time.Second)
 }
 
 func collectCommand() *cli.Command {
@@ -128,7 +115,7 @@ func collectCommand() *cli.Command {
 				return cli.Exit("collect: "+err.Error(), 2)
 			}
 			start := time.Now()
-			trajs, err := runner.Run(c.Context, all[off:], 0, progressLine(c.App.ErrWriter, "collect"))
+			trajs, err := runner.Run(c.Context, all[off:], 0, progressLine(c.App.ErrWriter, "collect", c.Int("max-steps")))
 			if err != nil {
 				return cli.Exit("collect: "+err.Error(), 1)
 			}
@@ -201,7 +188,7 @@ func analyzeCommand() *cli.Command {
 					reqs = append(reqs, skills.Request{Traj: t, Candidates: crit[t.ID]})
 				}
 			}
-			prog := progressLine(c.App.ErrWriter, "analyze")
+			prog := progressLine(c.App.ErrWriter, "analyze", 0)
 			var recs []skills.Record
 			const chunk = 32
 			for lo := 0; lo < len(reqs); lo += chunk {
@@ -210,7 +197,7 @@ func analyzeCommand() *cli.Command {
 					return cli.Exit("analyze: "+err.Error(), 1)
 				}
 				recs = append(recs, part...)
-				prog(len(recs), len(reqs))
+				prog(rollout.Status{Done: len(recs), Total: len(reqs)})
 			}
 			out := c.String("out")
 			if out == "" {
