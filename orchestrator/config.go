@@ -110,6 +110,8 @@ type RLConfig struct {
 	MaxRefusals int `json:"max_refusals"`
 	// AdvEps is ε in A = (R − mean)/(std + ε).
 	AdvEps float64 `json:"adv_eps"`
+	// AdvNorm is "std" (GRPO, the default) or "none" (Dr. GRPO: A = R − mean).
+	AdvNorm string `json:"adv_norm,omitempty"`
 	// ServerOldLogP uses the server's sampling log-probs as ℓold instead of
 	// recomputing them with the trainer (as verl does). Recomputing costs a
 	// forward pass but makes the update independent of the server's batch
@@ -288,6 +290,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: data_share %v must be in (0, 1]", c.DataShare)
 	case c.Rollout.GroupSize < 2:
 		return fmt.Errorf("config: rollout.group_size %d must be at least 2 (GRPO groups)", c.Rollout.GroupSize)
+	case c.RL.AdvNorm != "" && c.RL.AdvNorm != AdvNormStd && c.RL.AdvNorm != AdvNormNone:
+		return fmt.Errorf("config: rl.adv_norm %q: want %q or %q", c.RL.AdvNorm, AdvNormStd, AdvNormNone)
 	case c.RL.LR <= 0 || c.RL.MiniBatches < 1 || c.RL.MaxRefusals < 1 || c.RL.AdvEps <= 0:
 		return errors.New("config: rl needs lr > 0, mini_batches >= 1, max_refusals >= 1, adv_eps > 0")
 	case c.RL.Lambda < 0 || c.RL.Beta <= 0 || c.RL.KLCoef < 0 || c.RL.ClipEps <= 0 || c.RL.ClipEps >= 1 || c.RL.MicroBatchTokens < 2:

@@ -31,6 +31,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{func(c *Config) { c.DataShare = 1.5 }, "data_share"},
 		{func(c *Config) { c.Rollout.GroupSize = 1 }, "group_size"},
 		{func(c *Config) { c.RL.ClipEps = 1 }, "clip_eps"},
+		{func(c *Config) { c.RL.AdvNorm = "max" }, "adv_norm"},
 		{func(c *Config) { c.Stage1.Analyzer.Kind = "external" }, "external analyzer"},
 		{func(c *Config) { c.SkillMode = "all" }, "skill_mode"},
 		{func(c *Config) { c.Rollout.Mode = "stream" }, "mode"},
@@ -81,7 +82,7 @@ func traj(id string, group int, ret float64) *rollout.Trajectory {
 
 func TestAdvantagesPerGroup(t *testing.T) {
 	trajs := []*rollout.Trajectory{traj("a", 0, 1), traj("b", 0, 0), traj("c", 0, 0), traj("d", 0, 1), traj("e", 1, 0.5), traj("f", 1, 0.5)}
-	adv := Advantages(trajs, 1e-6)
+	adv := Advantages(trajs, 1e-6, AdvNormStd)
 	// Group 0: mean 0.5, unbiased std sqrt(1/3).
 	want := 0.5 / math.Sqrt(1.0/3)
 	if math.Abs(adv["a"]-want) > 1e-5 || math.Abs(adv["b"]+want) > 1e-5 {
@@ -89,6 +90,20 @@ func TestAdvantagesPerGroup(t *testing.T) {
 	}
 	if adv["e"] != 0 || adv["f"] != 0 {
 		t.Errorf("equal returns must give 0, got %v %v", adv["e"], adv["f"])
+	}
+	// Dr. GRPO: no division, so a group that differs only by a shaping
+	// penalty keeps small advantages.
+	shaped := []*rollout.Trajectory{traj("p", 0, -0.1), traj("q", 0, -0.3), traj("w", 1, 1), traj("x", 1, 0)}
+	for norm, want := range map[string][4]float64{
+		AdvNormStd:  {1 / math.Sqrt(2), -1 / math.Sqrt(2), 1 / math.Sqrt(2), -1 / math.Sqrt(2)},
+		AdvNormNone: {0.1, -0.1, 0.5, -0.5},
+	} {
+		adv := Advantages(shaped, 1e-9, norm)
+		for i, id := range []string{"p", "q", "w", "x"} {
+			if math.Abs(adv[id]-want[i]) > 1e-6 {
+				t.Errorf("%s: A[%s] = %v, want %v", norm, id, adv[id], want[i])
+			}
+		}
 	}
 }
 

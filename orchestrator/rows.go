@@ -9,10 +9,22 @@ import (
 	"github.com/seedctl/seedctl/skills"
 )
 
+// Advantage normalisations (RLConfig.AdvNorm).
+const (
+	// AdvNormStd is GRPO's: A_i = (R_i − mean_G R) / (std_G R + ε).
+	AdvNormStd = "std"
+	// AdvNormNone is Dr. GRPO's: A_i = R_i − mean_G R. Without the division
+	// a group whose returns differ only by small shaping terms (the
+	// invalid-action penalty when nobody won) gets small advantages instead
+	// of full-size ones.
+	AdvNormNone = "none"
+)
+
 // Advantages computes GRPO advantages per trajectory ID:
 // A_i = (R_i − mean_G R) / (std_G R + ε) within each group (unbiased std,
-// as verl's GRPO; a single-member group gets 0).
-func Advantages(trajs []*rollout.Trajectory, eps float64) map[string]float64 {
+// as verl's GRPO; a single-member group gets 0); with norm AdvNormNone the
+// division is left out.
+func Advantages(trajs []*rollout.Trajectory, eps float64, norm string) map[string]float64 {
 	out := map[string]float64{}
 	for _, g := range skills.Groups(trajs) {
 		mean := 0.0
@@ -32,7 +44,11 @@ func Advantages(trajs []*rollout.Trajectory, eps float64) map[string]float64 {
 				out[t.ID] = 0
 				continue
 			}
-			out[t.ID] = (t.Return - mean) / (std + eps)
+			if norm == AdvNormNone {
+				out[t.ID] = t.Return - mean
+			} else {
+				out[t.ID] = (t.Return - mean) / (std + eps)
+			}
 		}
 	}
 	return out

@@ -681,7 +681,7 @@ func (r *run) iterationAnalyzer(k int) (skills.Analyzer, error) {
 // buildRows makes the training rows: plain sequences with advantages,
 // teacher log-probs on distilled tokens, reference log-probs for the KL.
 func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, sks map[string]*skills.Skill, vals iterStats) ([]Row, error) {
-	adv := Advantages(trajs, r.cfg.RL.AdvEps)
+	adv := Advantages(trajs, r.cfg.RL.AdvEps, r.cfg.RL.AdvNorm)
 	mode, _ := skills.ParseMode(r.cfg.SkillMode)
 	tmpl := rollout.TemplateFor(r.env.Name)
 	var rows []Row
