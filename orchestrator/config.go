@@ -112,6 +112,14 @@ type RLConfig struct {
 	AdvEps float64 `json:"adv_eps"`
 	// AdvNorm is "std" (GRPO, the default) or "none" (Dr. GRPO: A = R − mean).
 	AdvNorm string `json:"adv_norm,omitempty"`
+	// KeepFlat keeps rows that carry no signal (advantage 0 — every
+	// trajectory of the group had the same return — and no distilled token)
+	// in the update. By default they are dropped, as DAPO drops flat groups:
+	// their only gradient is the KL term's, which Adam scales up to a full
+	// step of noise (measured on the tiny household model: GRPO iterations
+	// without a success moved greedy eval-seen success from 7% to 1% in
+	// eight iterations), and they cost forward/backward passes.
+	KeepFlat bool `json:"keep_flat,omitempty"`
 	// ServerOldLogP uses the server's sampling log-probs as ℓold instead of
 	// recomputing them with the trainer (as verl does). Recomputing costs a
 	// forward pass but makes the update independent of the server's batch

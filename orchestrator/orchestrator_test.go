@@ -116,6 +116,22 @@ func windowTraj() *rollout.Trajectory {
 	return t
 }
 
+func TestDropFlatKeepsRowsWithSignal(t *testing.T) {
+	rows := []Row{
+		{ID: "flat", Advantage: 0, Distill: []bool{false, false}},
+		{ID: "adv", Advantage: -0.5},
+		{ID: "distilled", Advantage: 0, Distill: []bool{false, true}},
+		{ID: "flat-no-teacher", Advantage: 0},
+	}
+	var ids []string
+	for _, r := range dropFlat(rows) {
+		ids = append(ids, r.ID)
+	}
+	if strings.Join(ids, ",") != "adv,distilled" {
+		t.Fatalf("kept %v, want adv and distilled", ids)
+	}
+}
+
 func TestPlainRowsWindowMode(t *testing.T) {
 	rows, err := plainRows(windowTraj(), 0.7)
 	if err != nil || len(rows) != 2 {

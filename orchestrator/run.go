@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -717,9 +718,6 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, sks ma
 		}
 		rows = append(rows, tr...)
 	}
-	if len(rows) == 0 {
-		return nil, nil
-	}
 	if len(teacherSeqs) > 0 {
 		lps, err := r.learner.Rescore(ctx, teacherSeqs)
 		if err != nil {
@@ -728,6 +726,14 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, sks ma
 		for i, p := range pend {
 			fillTeacher(&rows[p.row], p.pair, lps[i])
 		}
+	}
+	if !r.cfg.RL.KeepFlat {
+		n := len(rows)
+		rows = dropFlat(rows)
+		vals["flat_rows_dropped"] = float64(n - len(rows))
+	}
+	if len(rows) == 0 {
+		return nil, nil
 	}
 	seqs := make([][]int, len(rows))
 	for i := range rows {
@@ -808,6 +814,18 @@ func (r *run) update(ctx context.Context, k int, rows []Row, vals iterStats) err
 	}
 	vals["optimizer_steps"] = float64(steps)
 	return nil
+}
+
+// dropFlat keeps the rows with a learning signal besides the KL: a nonzero
+// advantage or a distilled token (in place).
+func dropFlat(rows []Row) []Row {
+	kept := rows[:0]
+	for _, row := range rows {
+		if row.Advantage != 0 || slices.Contains(row.Distill, true) {
+			kept = append(kept, row)
+		}
+	}
+	return kept
 }
 
 func anyTrained(rows []Row) bool {

@@ -34,6 +34,9 @@ func tinyRunConfig(t *testing.T, algo string) orchestrator.Config {
 	cfg.Stage1.Episodes, cfg.Stage1.Epochs, cfg.Stage1.MaxLen, cfg.Stage1.BatchTokens, cfg.Stage1.MicroBatchTokens = 6, 1, 4096, 8192, 4096
 	cfg.Eval.Episodes = 2
 	cfg.RL.LR = 1e-3
+	// A random model never wins and its skills do not parse, so every
+	// group is flat; keep those rows so each iteration exercises the update.
+	cfg.RL.KeepFlat = true
 	return cfg
 }
 
