@@ -659,8 +659,15 @@ func (r *run) iterate(ctx context.Context, k int) error {
 	el := time.Since(r.loopStart)
 	done := k - r.firstIter + 1
 	eta := time.Duration(float64(el) / float64(done) * float64(r.cfg.Iterations-k))
-	r.printf("iteration %d/%d: rollout success %.1f%%, return %.2f, invalid %.1f%% | skills %.0f%%, gate %.2f, Δ>0 %.0f%% | loss %.4f | %s (rollout %.0fs, analysis %.0fs, rescore %.0fs, update %.0fs) ETA %s\n",
-		k, r.cfg.Iterations, 100*met.Success, met.MeanReturn, 100*met.InvalidRate, 100*vals["skill_share"], vals["gate_mean"], 100*vals["positive_shift"], vals["loss"],
+	upd := fmt.Sprintf("loss %.4f on %.0f rows", vals["loss"], vals["rows"])
+	switch {
+	case vals["refused_steps"] > 0 && vals["optimizer_steps"] == 0:
+		upd = fmt.Sprintf("update refused (%.0f non-finite steps)", vals["refused_steps"])
+	case vals["optimizer_steps"] == 0:
+		upd = "no update (no row with signal)"
+	}
+	r.printf("iteration %d/%d: rollout success %.1f%%, return %.2f, invalid %.1f%% | skills %.0f%%, gate %.2f, Δ>0 %.0f%% | %s | %s (rollout %.0fs, analysis %.0fs, rescore %.0fs, update %.0fs) ETA %s\n",
+		k, r.cfg.Iterations, 100*met.Success, met.MeanReturn, 100*met.InvalidRate, 100*vals["skill_share"], vals["gate_mean"], 100*vals["positive_shift"], upd,
 		time.Since(t0).Round(time.Second), vals["rollout_s"], vals["analysis_s"], vals["rescore_s"], vals["update_s"], eta.Round(time.Second))
 	if ev := r.cfg.Eval.Every; ev > 0 && k%ev == 0 && k < r.cfg.Iterations {
 		if _, err := r.evaluate(ctx, k); err != nil {
