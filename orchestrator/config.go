@@ -197,7 +197,7 @@ func Default() Config {
 	c.Env = EnvConfig{Name: "household", Kind: "builtin"}
 	c.Backend = BackendConfig{Kind: "embedded"}
 	// Sized for a 2-core CPU (measured: a SEED iteration of 8 tasks × 8
-	// trajectories takes about 1.5–2 minutes there); GPU configs scale these up.
+	// trajectories takes about 2 minutes there, the whole run 14); GPU configs scale these up.
 	// Stage 1 is gentle: on the tiny household model, 2 epochs at 1e-3
 	// took rollout invalid actions from 43% to 62%; 1 epoch at 2e-4 kept
 	// them at 29–44% (README, "Training").
