@@ -91,6 +91,13 @@ func TestAdvantagesPerGroup(t *testing.T) {
 	if adv["e"] != 0 || adv["f"] != 0 {
 		t.Errorf("equal returns must give 0, got %v %v", adv["e"], adv["f"])
 	}
+	// Equal returns whose mean does not round-trip (0.1·3/3 ≠ 0.1) are
+	// still exactly 0.
+	for id, a := range Advantages([]*rollout.Trajectory{traj("r1", 0, 0.1), traj("r2", 0, 0.1), traj("r3", 0, 0.1)}, 1e-6, AdvNormStd) {
+		if a != 0 {
+			t.Errorf("flat group: A[%s] = %v, want exactly 0", id, a)
+		}
+	}
 	// Dr. GRPO: no division, so a group that differs only by a shaping
 	// penalty keeps small advantages.
 	shaped := []*rollout.Trajectory{traj("p", 0, -0.1), traj("q", 0, -0.3), traj("w", 1, 1), traj("x", 1, 0)}

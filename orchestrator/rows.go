@@ -22,28 +22,31 @@ const (
 
 // Advantages computes GRPO advantages per trajectory ID:
 // A_i = (R_i − mean_G R) / (std_G R + ε) within each group (unbiased std,
-// as verl's GRPO; a single-member group gets 0); with norm AdvNormNone the
-// division is left out.
+// as verl's GRPO); with norm AdvNormNone the division is left out. A flat
+// group — one member, or all returns equal — gets exactly 0 (not the
+// rounding residue of R − mean), so dropFlat recognises it.
 func Advantages(trajs []*rollout.Trajectory, eps float64, norm string) map[string]float64 {
 	out := map[string]float64{}
 	for _, g := range skills.Groups(trajs) {
+		flat := true
 		mean := 0.0
 		for _, t := range g {
 			mean += t.Return
+			flat = flat && t.Return == g[0].Return
+		}
+		if flat {
+			for _, t := range g {
+				out[t.ID] = 0
+			}
+			continue
 		}
 		mean /= float64(len(g))
 		std := 0.0
-		if len(g) > 1 {
-			for _, t := range g {
-				std += (t.Return - mean) * (t.Return - mean)
-			}
-			std = math.Sqrt(std / float64(len(g)-1))
-		}
 		for _, t := range g {
-			if len(g) < 2 {
-				out[t.ID] = 0
-				continue
-			}
+			std += (t.Return - mean) * (t.Return - mean)
+		}
+		std = math.Sqrt(std / float64(len(g)-1))
+		for _, t := range g {
 			if norm == AdvNormNone {
 				out[t.ID] = t.Return - mean
 			} else {

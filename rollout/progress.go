@@ -11,7 +11,7 @@ import (
 // environment's step limit.
 type Status struct {
 	Done, Total int // episodes finished, episodes in all
-	Turn        int // turns played (1-based after the first)
+	Turn        int // turns played so far
 }
 
 // Progress is called after every turn.
