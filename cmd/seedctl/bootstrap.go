@@ -50,6 +50,7 @@ func bootstrapCommand() *cli.Command {
 			&cli.Float64Flag{Name: "lr", Usage: "override the peak learning rate"},
 			&cli.Float64Flag{Name: "noise", Value: -1, Usage: "override the share of random actions in demonstrations"},
 			&cli.Float64Flag{Name: "hint-share", Value: -1, Usage: "override the share of demonstrations with hints in context"},
+			&cli.Float64Flag{Name: "renumber", Value: -1, Usage: "override the share of household demonstrations with permuted object numbers"},
 			&cli.BoolFlag{Name: "prompt-loss", Usage: "train on every token (observations too), not only the responses"},
 			&cli.BoolFlag{Name: "rebuild", Usage: "build even when a cached model exists"},
 		},
@@ -77,6 +78,9 @@ func bootstrapCommand() *cli.Command {
 			}
 			if c.IsSet("hint-share") {
 				r.Corpus.HintShare = c.Float64("hint-share")
+			}
+			if c.IsSet("renumber") {
+				r.Corpus.Renumber = c.Float64("renumber")
 			}
 			if c.IsSet("prompt-loss") {
 				r.PromptLoss = c.Bool("prompt-loss")

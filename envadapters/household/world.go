@@ -430,3 +430,21 @@ func difficulty(w *world) int {
 	}
 	return d
 }
+
+// ObjectTypes lists every takeable object type of every layout (lamps
+// excluded), sorted: the words that name objects, as opposed to places,
+// in observations ("a plate 2").
+func ObjectTypes() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, l := range layouts {
+		for _, o := range l.objects {
+			if !seen[o] {
+				seen[o] = true
+				out = append(out, o)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
