@@ -11,10 +11,16 @@ import (
 )
 
 func outcome(algo string, share float64, seed int64, seen, unseen, iterS float64) Outcome {
+	vals := map[string]float64{"success": seen, "iteration_s": iterS, "rollout_s": iterS / 2}
+	if algo == "seed" {
+		for k, v := range map[string]float64{"skill_share": 0.5, "skill_parse_ok": 0.25, "gate_mean": 0.47, "positive_shift": 0.4, "mean_shift": -0.1, "opd_loss": 0.02, "analysis_tokens": 900} {
+			vals[k] = v
+		}
+	}
 	return Outcome{Experiment: Experiment{Algo: algo, DataShare: share, Seed: seed}, Done: true,
 		Base:    &orchestrator.EvalPoint{Seen: 0.1, Unseen: 0.05},
 		Final:   &orchestrator.EvalPoint{Seen: seen, Unseen: unseen, UnseenByFamily: map[string]float64{"heat": unseen}},
-		Metrics: []orchestrator.MetricsLine{{Kind: "iteration", Iteration: 1, Values: map[string]float64{"success": seen, "iteration_s": iterS, "rollout_s": iterS / 2}}}}
+		Metrics: []orchestrator.MetricsLine{{Kind: "iteration", Iteration: 1, Values: vals}}}
 }
 
 func TestSummarizeTables(t *testing.T) {
@@ -39,6 +45,9 @@ func TestSummarizeTables(t *testing.T) {
 	if math.Abs(f.CostRatio-1.3) > 1e-9 {
 		t.Errorf("cost ratio %v, want 1.3", f.CostRatio)
 	}
+	if _, ok := f.Diagnostics["grpo"]; ok {
+		t.Errorf("GRPO has distillation diagnostics: %v", f.Diagnostics["grpo"])
+	}
 	if len(f.Skipped) != 1 {
 		t.Errorf("skipped %v", f.Skipped)
 	}
@@ -48,7 +57,9 @@ func TestSummarizeTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "results.md"))
-	for _, want := range []string{"| seed | 75.0 ± 7.1 | 55.0 ± 7.1 |", "**40%**", "| heat | 35.0 ± 7.1 | 55.0 ± 7.1 |", "**1.30**", "time budget 1m spent"} {
+	for _, want := range []string{"| seed | 75.0 ± 7.1 | 55.0 ± 7.1 |", "**40%**", "| heat | 35.0 ± 7.1 | 55.0 ± 7.1 |", "**1.30**", "time budget 1m spent",
+		"| seed | 50.0 ± 0.0 | 25.0 ± 0.0 | 0.47 ± 0.00 | 40.0 ± 0.0 | -0.100 ± 0.000 | 0.020 ± 0.000 |",
+		"| seed | 6.5 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 | 13.0 ± 0.0 | 900.0 ± 0.0 |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)
 		}

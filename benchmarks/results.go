@@ -50,6 +50,22 @@ func (s Stat) String() string {
 	return fmt.Sprintf("%.1f ± %.1f", s.Mean, s.Std)
 }
 
+// fixed formats with the given decimals (for values that are not percents).
+func (s Stat) fixed(dec int) string {
+	switch s.N {
+	case 0:
+		return "—"
+	case 1:
+		return fmt.Sprintf("%.*f", dec, s.Mean)
+	}
+	return fmt.Sprintf("%.*f ± %.*f", dec, s.Mean, dec, s.Std)
+}
+
+// pctStat shows a share in [0, 1] as a percent.
+func pctStat(s Stat) string {
+	return Stat{Mean: 100 * s.Mean, Std: 100 * s.Std, N: s.N}.String()
+}
+
 // Figures is every number the tables and plots show.
 type Figures struct {
 	Main        map[string]map[string]Stat `json:"t1_main"`       // algo → seen/unseen/score → %
@@ -58,6 +74,10 @@ type Figures struct {
 	Families    map[string]map[string]Stat `json:"t3_unseen_by_family"` // algo → family → %
 	Cost        map[string]map[string]Stat `json:"t4_cost_s"`           // algo → phase → seconds per iteration
 	CostRatio   float64                    `json:"t4_seed_over_grpo_iteration_time"`
+	// Diagnostics are the distillation signal's statistics per method that
+	// distills (mean over iterations and seeds): what to look at when SEED
+	// does not beat GRPO.
+	Diagnostics map[string]map[string]Stat `json:"t6_distillation_diagnostics"`
 	Skipped     []string                   `json:"skipped,omitempty"`
 	Duration    string                     `json:"duration"`
 	Host        string                     `json:"host"`
@@ -78,6 +98,7 @@ func Summarize(outs []Outcome) Figures {
 	share := map[string]map[string][]float64{}
 	fam := map[string]map[string][]float64{}
 	cost := map[string]map[string][]float64{}
+	diag := map[string]map[string][]float64{}
 	// Prompting-only is the base policy, evaluated before training in every
 	// run: it counts once per seed.
 	baseSeeds := map[int64]bool{}
@@ -106,12 +127,19 @@ func Summarize(outs []Outcome) Figures {
 			if l.Kind != "iteration" {
 				continue
 			}
-			for _, k := range []string{"rollout_s", "analysis_s", "rescore_s", "update_s", "publish_s", "iteration_s"} {
+			for _, k := range []string{"rollout_s", "analysis_s", "rescore_s", "update_s", "publish_s", "iteration_s", "analysis_tokens"} {
 				put(cost, o.Algo, k, l.Values[k])
+			}
+			if _, ok := l.Values["skill_share"]; ok {
+				for _, k := range diagKeys {
+					if v, ok := l.Values[k]; ok {
+						put(diag, o.Algo, k, v)
+					}
+				}
 			}
 		}
 	}
-	f.Main, f.ShareSeen, f.Families, f.Cost = stats(collect), stats(share), stats(fam), stats(cost)
+	f.Main, f.ShareSeen, f.Families, f.Cost, f.Diagnostics = stats(collect), stats(share), stats(fam), stats(cost), stats(diag)
 	f.ShareNeeded = "not reached"
 	if g, ok := f.ShareSeen[orchestrator.AlgoGRPO]["100%"]; ok {
 		var shares []string
@@ -133,6 +161,12 @@ func Summarize(outs []Outcome) Figures {
 	}
 	return f
 }
+
+// diagKeys are the per-iteration metrics T6 averages: how many trajectories
+// got a usable skill, whether the analyzer's answers parsed, and how the
+// teacher context moved the sampled tokens (the gate σ(β·Δ), the share of
+// tokens with Δ > 0, the mean Δ in nats) and the OPD loss.
+var diagKeys = []string{"skill_share", "skill_parse_ok", "gate_mean", "positive_shift", "mean_shift", "opd_loss"}
 
 // stats turns samples by (row, column) into mean ± std.
 func stats(m map[string]map[string][]float64) map[string]map[string]Stat {
@@ -205,13 +239,20 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 	for _, k := range sortedKeys(famSet) {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", k, f.Families[orchestrator.AlgoGRPO][k], f.Families[orchestrator.AlgoSEED][k])
 	}
-	b.WriteString("\n## T4 cost (seconds per iteration)\n\n| method | rollout | analysis | rescoring | update | publish | total |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n## T4 cost (seconds per iteration; analyzer tokens written per iteration)\n\n| method | rollout | analysis | rescoring | update | publish | total | analyzer tokens |\n|---|---|---|---|---|---|---|---|\n")
 	for _, a := range sortedKeys(f.Cost) {
 		c := f.Cost[a]
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", a, c["rollout_s"], c["analysis_s"], c["rescore_s"], c["update_s"], c["publish_s"], c["iteration_s"])
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", a, c["rollout_s"], c["analysis_s"], c["rescore_s"], c["update_s"], c["publish_s"], c["iteration_s"], c["analysis_tokens"])
 	}
 	if f.CostRatio > 0 {
 		fmt.Fprintf(&b, "\nSEED / GRPO time per iteration: **%.2f**.\n", f.CostRatio)
+	}
+	if len(f.Diagnostics) > 0 {
+		b.WriteString("\n## T6 distillation diagnostics (mean over iterations)\n\n| method | trajectories with a skill | analyzer answers parsed | gate σ(βΔ) | tokens with Δ>0 | mean Δ (nats) | OPD loss |\n|---|---|---|---|---|---|---|\n")
+		for _, a := range sortedKeys(f.Diagnostics) {
+			d := f.Diagnostics[a]
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", a, pctStat(d["skill_share"]), pctStat(d["skill_parse_ok"]), d["gate_mean"].fixed(2), pctStat(d["positive_shift"]), d["mean_shift"].fixed(3), d["opd_loss"].fixed(3))
+		}
 	}
 	if len(f.Skipped) > 0 {
 		b.WriteString("\nNot run or unfinished: " + strings.Join(f.Skipped, "; ") + "\n")

@@ -598,6 +598,11 @@ func (r *run) iterate(ctx context.Context, k int) error {
 		}
 		vals["skill_share"] = float64(len(sks)) / float64(max(1, len(trajs)))
 		vals["skill_parse_ok"] = float64(parsed) / float64(max(1, len(recs)))
+		gen, prompt, err := r.analysisTokens(recs)
+		if err != nil {
+			return err
+		}
+		vals["analysis_tokens"], vals["analysis_prompt_tokens"] = float64(gen), float64(prompt)
 	}
 	vals["analysis_s"] = time.Since(t1).Seconds()
 	r.phase(k, "analysis")
@@ -675,6 +680,37 @@ func (r *run) iterate(ctx context.Context, k int) error {
 		}
 	}
 	return nil
+}
+
+// analysisTokens counts what the analyzer wrote (first answers and repair
+// answers) and read (prompts), in the policy's tokens: the cost of
+// self-analysis for T4, whichever analyzer ran.
+func (r *run) analysisTokens(recs []skills.Record) (gen, prompt int, err error) {
+	count := func(s string) (int, error) {
+		if s == "" {
+			return 0, nil
+		}
+		ids, err := r.policy.Tok.Encode(s)
+		if err != nil {
+			return 0, fmt.Errorf("counting analysis tokens: %w", err)
+		}
+		return len(ids), nil
+	}
+	for _, rec := range recs {
+		for _, s := range []string{rec.Raw, rec.RepairRaw} {
+			n, err := count(s)
+			if err != nil {
+				return 0, 0, err
+			}
+			gen += n
+		}
+		n, err := count(rec.Prompt)
+		if err != nil {
+			return 0, 0, err
+		}
+		prompt += n
+	}
+	return gen, prompt, nil
 }
 
 func (r *run) iterationAnalyzer(k int) (skills.Analyzer, error) {

@@ -97,6 +97,11 @@ func TestRunEndToEndTinyModel(t *testing.T) {
 					t.Errorf("iteration %d metrics lack %s", l.Iteration, key)
 				}
 			}
+			// The random model's answers are a few dozen tokens each: the
+			// self-analysis cost is counted.
+			if l.Values["analysis_tokens"] < 1 || l.Values["analysis_prompt_tokens"] <= l.Values["analysis_tokens"] {
+				t.Errorf("iteration %d analysis tokens: %v written, %v read", l.Iteration, l.Values["analysis_tokens"], l.Values["analysis_prompt_tokens"])
+			}
 		}
 	}
 	if iters != cfg.Iterations {
