@@ -247,6 +247,11 @@ func WindowText(tmpl Template, firstObs string, past []Step, window int, obs str
 		fmt.Fprintf(&b, "\nYou have taken %d steps. The last %d:", n, n-from)
 		for k := from; k < n; k++ {
 			s := past[k]
+			// The last step's observation is the current one: shown once.
+			if k == n-1 && strings.TrimSpace(s.Observation) == strings.TrimSpace(obs) {
+				fmt.Fprintf(&b, "\n[Step %d] Action: %s", k+1, s.Action)
+				continue
+			}
 			fmt.Fprintf(&b, "\n[Step %d] Action: %s\nObservation: %s", k+1, s.Action, strings.TrimSpace(s.Observation))
 		}
 		b.WriteString("\nCurrent observation: " + strings.TrimSpace(obs))

@@ -67,3 +67,24 @@ func TestCompactWindowText(t *testing.T) {
 		t.Errorf("compact window turns differ from %s (run with -update if intended):\n%s", path, b.String())
 	}
 }
+
+// TestWindowTextShowsTheCurrentObservationOnce: in plain window turns
+// (webshop, searchqa) the last step's observation is the current one, and
+// pages of search results are long: it is shown once, as the current
+// observation; older steps keep theirs.
+func TestWindowTextShowsTheCurrentObservationOnce(t *testing.T) {
+	tmpl := TemplateFor("webshop")
+	past := []Step{
+		{Action: "search[red shoes]", Observation: "Page 1 [SEP] B01 [SEP] Red Shoes [SEP] $20.00"},
+		{Action: "click[b01]", Observation: "Red Shoes [SEP] size [SEP] 7 [SEP] 8 [SEP] Buy Now"},
+	}
+	got := WindowText(tmpl, "WebShop [SEP] find red shoes", past, 3, past[1].Observation, []string{"click[7]", "click[buy now]"})
+	if n := strings.Count(got, "Red Shoes [SEP] size"); n != 1 {
+		t.Errorf("current observation shown %d times:\n%s", n, got)
+	}
+	for _, want := range []string{"[Step 1] Action: search[red shoes]\nObservation: Page 1 [SEP] B01", "[Step 2] Action: click[b01]\nCurrent observation: Red Shoes"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("turn lacks %q:\n%s", want, got)
+		}
+	}
+}
