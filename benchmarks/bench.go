@@ -40,6 +40,9 @@ type Spec struct {
 	Seeds  []int64             `json:"seeds"`
 	// Budget stops starting new experiments once exceeded (0: none).
 	Budget time.Duration `json:"budget"`
+	// ReportOnly starts and resumes nothing: the tables are written from the
+	// experiments already finished.
+	ReportOnly bool `json:"report_only,omitempty"`
 }
 
 // Experiments lists the grid: every algorithm at share 1, then GRPO and
@@ -106,6 +109,9 @@ type Outcome struct {
 	Skipped string                     `json:"skipped,omitempty"`
 	Base    *orchestrator.EvalPoint    `json:"base,omitempty"`
 	Final   *orchestrator.EvalPoint    `json:"final,omitempty"`
+	// Seconds is the run's wall time, from its config being written to its
+	// last state update (a pause before a resume counts too).
+	Seconds float64 `json:"seconds,omitempty"`
 	Metrics []orchestrator.MetricsLine `json:"-"`
 }
 
@@ -126,6 +132,10 @@ func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, pro
 		switch {
 		case err == nil && st.Done:
 			// finished earlier
+		case spec.ReportOnly:
+			o.Skipped = "not finished (report only)"
+			outs = append(outs, o)
+			continue
 		case spec.Budget > 0 && time.Since(start) > spec.Budget:
 			o.Skipped = fmt.Sprintf("time budget %s spent", spec.Budget)
 			outs = append(outs, o)
@@ -148,6 +158,9 @@ func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, pro
 			return outs, err
 		}
 		o.Done, o.Base, o.Final = st.Done, st.BaseEval, st.FinalEval
+		if fi, err := os.Stat(filepath.Join(o.Dir, "config.json")); err == nil && st.Updated.After(fi.ModTime()) {
+			o.Seconds = st.Updated.Sub(fi.ModTime()).Seconds()
+		}
 		if o.Metrics, err = orchestrator.ReadMetrics(filepath.Join(o.Dir, "metrics.jsonl")); err != nil {
 			return outs, err
 		}

@@ -17,7 +17,7 @@ func outcome(algo string, share float64, seed int64, seen, unseen, iterS float64
 			vals[k] = v
 		}
 	}
-	return Outcome{Experiment: Experiment{Algo: algo, DataShare: share, Seed: seed}, Done: true,
+	return Outcome{Experiment: Experiment{Algo: algo, DataShare: share, Seed: seed}, Done: true, Seconds: 60,
 		Base:    &orchestrator.EvalPoint{Seen: 0.1, Unseen: 0.05},
 		Final:   &orchestrator.EvalPoint{Seen: seen, Unseen: unseen, UnseenByFamily: map[string]float64{"heat": unseen}},
 		Metrics: []orchestrator.MetricsLine{{Kind: "iteration", Iteration: 1, Values: vals}}}
@@ -45,6 +45,9 @@ func TestSummarizeTables(t *testing.T) {
 	if math.Abs(f.CostRatio-1.3) > 1e-9 {
 		t.Errorf("cost ratio %v, want 1.3", f.CostRatio)
 	}
+	if f.RunsTotal != "7m0s" || f.HasScore {
+		t.Errorf("runs total %q (want 7m0s, seven finished runs of a minute), has score %v (household reports none)", f.RunsTotal, f.HasScore)
+	}
 	if _, ok := f.Diagnostics["grpo"]; ok {
 		t.Errorf("GRPO has distillation diagnostics: %v", f.Diagnostics["grpo"])
 	}
@@ -63,6 +66,9 @@ func TestSummarizeTables(t *testing.T) {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)
 		}
+	}
+	if strings.Contains(string(md), "| score |") || !strings.Contains(string(md), "wall time of the finished runs 7m0s") {
+		t.Errorf("results.md shows a score column without scores, or lacks the runs' wall time:\n%s", md)
 	}
 	for _, f := range []string{"figures.json", "learning_curves.png", "data_share.png"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {

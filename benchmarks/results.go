@@ -79,6 +79,12 @@ type Figures struct {
 	// does not beat GRPO.
 	Diagnostics map[string]map[string]Stat `json:"t6_distillation_diagnostics"`
 	Skipped     []string                   `json:"skipped,omitempty"`
+	// RunSeconds is each finished experiment's wall time; RunsTotal their sum.
+	RunSeconds map[string]float64 `json:"run_seconds,omitempty"`
+	RunsTotal  string             `json:"runs_total"`
+	// HasScore is whether the environment reports a score besides success
+	// (WebShop's 0–100); household and Search-QA do not.
+	HasScore bool `json:"has_score"`
 	Duration    string                     `json:"duration"`
 	Host        string                     `json:"host"`
 }
@@ -102,11 +108,18 @@ func Summarize(outs []Outcome) Figures {
 	// Prompting-only is the base policy, evaluated before training in every
 	// run: it counts once per seed.
 	baseSeeds := map[int64]bool{}
+	total := 0.0
 	for _, o := range outs {
 		if o.Skipped != "" || !o.Done || o.Final == nil {
 			f.Skipped = append(f.Skipped, o.Name()+": "+o.Skipped)
 			continue
 		}
+		if f.RunSeconds == nil {
+			f.RunSeconds = map[string]float64{}
+		}
+		f.RunSeconds[o.Name()] = o.Seconds
+		total += o.Seconds
+		f.HasScore = f.HasScore || o.Final.SeenScore != 0 || o.Base != nil && o.Base.SeenScore != 0
 		put(share, o.Algo, shareKey(o.DataShare), 100*o.Final.Seen)
 		if o.DataShare != 1 {
 			continue
@@ -139,6 +152,7 @@ func Summarize(outs []Outcome) Figures {
 			}
 		}
 	}
+	f.RunsTotal = (time.Duration(total) * time.Second).String()
 	f.Main, f.ShareSeen, f.Families, f.Cost, f.Diagnostics = stats(collect), stats(share), stats(fam), stats(cost), stats(diag)
 	f.ShareNeeded = "not reached"
 	if g, ok := f.ShareSeen[orchestrator.AlgoGRPO]["100%"]; ok {
@@ -205,13 +219,22 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# seedctl bench — %s on %s\n\n", spec.Base.Env.Name, f.Host)
-	fmt.Fprintf(&b, "Model `%s`; %d iterations × %d tasks × %d trajectories per run; seeds %v; wall time %s. Success in %% on %d eval tasks per split (greedy, plain prompts), mean ± std over seeds.\n\n",
-		spec.Base.Model, spec.Base.Iterations, spec.Base.TasksPerIteration, spec.Base.Rollout.GroupSize, spec.Seeds, f.Duration, spec.Base.Eval.Episodes)
-	b.WriteString("## T1 main table (all training tasks)\n\n| method | eval-seen | eval-unseen | score |\n|---|---|---|---|\n")
+	fmt.Fprintf(&b, "Model `%s`; %d iterations × %d tasks × %d trajectories per run; seeds %v; wall time of the finished runs %s (this invocation %s). Success in %% on %d eval tasks per split (greedy, plain prompts), mean ± std over seeds.\n\n",
+		spec.Base.Model, spec.Base.Iterations, spec.Base.TasksPerIteration, spec.Base.Rollout.GroupSize, spec.Seeds, f.RunsTotal, f.Duration, spec.Base.Eval.Episodes)
+	if f.HasScore {
+		b.WriteString("## T1 main table (all training tasks)\n\n| method | eval-seen | eval-unseen | score |\n|---|---|---|---|\n")
+	} else {
+		b.WriteString("## T1 main table (all training tasks)\n\n| method | eval-seen | eval-unseen |\n|---|---|---|\n")
+	}
 	order := append([]string{"prompting-only"}, spec.Algos...)
 	for _, a := range order {
-		if m, ok := f.Main[a]; ok {
+		m, ok := f.Main[a]
+		switch {
+		case !ok:
+		case f.HasScore:
 			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", a, m["seen"], m["unseen"], m["score"])
+		default:
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", a, m["seen"], m["unseen"])
 		}
 	}
 	b.WriteString("\n## T2 sample efficiency (eval-seen success by share of training tasks)\n\n| method |")
@@ -253,6 +276,7 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 			d := f.Diagnostics[a]
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", a, pctStat(d["skill_share"]), pctStat(d["skill_parse_ok"]), d["gate_mean"].fixed(2), pctStat(d["positive_shift"]), d["mean_shift"].fixed(3), d["opd_loss"].fixed(3))
 		}
+		b.WriteString("\nReading it: Δ = ℓᵀ − ℓold is how much the skill in context changes the log-prob of each sampled token. A gate near 0.50 with Δ > 0 on about half the tokens and a mean Δ near 0 means the skills barely move the policy — the distillation term is then noise of weight λ, and SEED can only match GRPO. A strong teacher shows Δ far from 0 on many tokens (the gate spread towards 0 and 1).\n")
 	}
 	if len(f.Skipped) > 0 {
 		b.WriteString("\nNot run or unfinished: " + strings.Join(f.Skipped, "; ") + "\n")

@@ -24,6 +24,7 @@ func benchCommand() *cli.Command {
 			&cli.IntFlag{Name: "iterations", Usage: "stage-2 iterations per run"},
 			&cli.IntFlag{Name: "eval-episodes", Usage: "tasks per eval split"},
 			&cli.StringFlag{Name: "device", Value: "cpu"},
+			&cli.BoolFlag{Name: "report", Usage: "rewrite the tables and plots from the finished experiments in --out; run nothing"},
 		},
 		Action: func(c *cli.Context) error {
 			log := logger(c)
@@ -50,6 +51,7 @@ func benchCommand() *cli.Command {
 			if c.IsSet("budget") {
 				spec.Budget = c.Duration("budget")
 			}
+			spec.ReportOnly = c.Bool("report")
 			out := c.String("out")
 			if out == "" {
 				host, _ := os.Hostname()

@@ -175,7 +175,19 @@ func TestBenchQuickGridResumes(t *testing.T) {
 			t.Errorf("%s ran after the budget was spent", o.Name())
 		}
 	}
-	spec.Budget = 0
+	spec.Budget, spec.ReportOnly = 0, true
+	if outs, err = benchmarks.Run(context.Background(), spec, out, tinyDeps(), io.Discard, zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range outs {
+		if o.Skipped != "not finished (report only)" {
+			t.Errorf("%s with report only: skipped %q", o.Name(), o.Skipped)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "results.md")); err != nil {
+		t.Errorf("report only wrote no tables: %v", err)
+	}
+	spec.ReportOnly = false
 	if outs, err = benchmarks.Run(context.Background(), spec, out, tinyDeps(), io.Discard, zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
