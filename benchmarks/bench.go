@@ -104,14 +104,14 @@ func Full(base orchestrator.Config) Spec {
 // Outcome is one finished (or skipped) experiment.
 type Outcome struct {
 	Experiment
-	Dir     string                     `json:"dir"`
-	Done    bool                       `json:"done"`
-	Skipped string                     `json:"skipped,omitempty"`
-	Base    *orchestrator.EvalPoint    `json:"base,omitempty"`
-	Final   *orchestrator.EvalPoint    `json:"final,omitempty"`
+	Dir     string                  `json:"dir"`
+	Done    bool                    `json:"done"`
+	Skipped string                  `json:"skipped,omitempty"`
+	Base    *orchestrator.EvalPoint `json:"base,omitempty"`
+	Final   *orchestrator.EvalPoint `json:"final,omitempty"`
 	// Seconds is the run's wall time, from its config being written to its
 	// last state update (a pause before a resume counts too).
-	Seconds float64 `json:"seconds,omitempty"`
+	Seconds float64                    `json:"seconds,omitempty"`
 	Metrics []orchestrator.MetricsLine `json:"-"`
 }
 

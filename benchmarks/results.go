@@ -84,9 +84,9 @@ type Figures struct {
 	RunsTotal  string             `json:"runs_total"`
 	// HasScore is whether the environment reports a score besides success
 	// (WebShop's 0–100); household and Search-QA do not.
-	HasScore bool `json:"has_score"`
-	Duration    string                     `json:"duration"`
-	Host        string                     `json:"host"`
+	HasScore bool   `json:"has_score"`
+	Duration string `json:"duration"`
+	Host     string `json:"host"`
 }
 
 func shareKey(s float64) string { return fmt.Sprintf("%.0f%%", 100*s) }
