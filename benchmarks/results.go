@@ -295,7 +295,7 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 // writePlots draws learning curves (rollout success per iteration, mean
 // over seeds with the min–max band shaded) and success against data share.
 func writePlots(out string, spec Spec, outs []Outcome, f Figures) error {
-	curves := plot.Chart{Title: "training rollout success by iteration (seeds shaded)", XLabel: "iteration", YLabel: "success %", YMin: 0, YMax: 100}
+	curves := plot.Chart{Title: "training rollout success by iteration (seeds shaded)", XLabel: "iteration", YLabel: "success %", YFromZero: true}
 	for _, a := range spec.Algos {
 		byIter := map[int][]float64{}
 		for _, o := range outs {
@@ -331,7 +331,7 @@ func writePlots(out string, spec Spec, outs []Outcome, f Figures) error {
 	if err := curves.PNG(filepath.Join(out, "learning_curves.png"), 800, 450); err != nil {
 		return err
 	}
-	ds := plot.Chart{Title: "eval-seen success vs share of training tasks", XLabel: "share of training tasks (%)", YLabel: "success %", YMin: 0, YMax: 100}
+	ds := plot.Chart{Title: "eval-seen success vs share of training tasks", XLabel: "share of training tasks (%)", YLabel: "success %", YFromZero: true}
 	for _, a := range []string{orchestrator.AlgoGRPO, orchestrator.AlgoSEED} {
 		s := plot.Series{Name: a}
 		keys := sortedKeys(f.ShareSeen[a])

@@ -41,7 +41,7 @@ func WriteReport(dir string) error {
 			evalY[l.Split] = append(evalY[l.Split], 100*l.Values["success"])
 		}
 	}
-	ch := plot.Chart{Title: fmt.Sprintf("%s on %s: success (%%)", cfg.Algo, cfg.Env.Name), XLabel: "iteration", YLabel: "success %", YMin: 0, YMax: 100,
+	ch := plot.Chart{Title: fmt.Sprintf("%s on %s: success (%%)", cfg.Algo, cfg.Env.Name), XLabel: "iteration", YLabel: "success %", YFromZero: true,
 		Series: []plot.Series{{Name: "train rollouts", X: it, Y: succ}}}
 	splits := make([]string, 0, len(evalX))
 	for s := range evalX {

@@ -30,6 +30,9 @@ type Chart struct {
 	Series                []Series
 	// YMin/YMax fix the y range when YMax > YMin; otherwise it fits the data.
 	YMin, YMax float64
+	// YFromZero fits the y range to the data but starts it at 0 and ends it
+	// on a multiple of 10 (success rates of a few percent stay readable).
+	YFromZero bool
 }
 
 var palette = []color.RGBA{
@@ -84,6 +87,8 @@ func (c Chart) Render(w, h int) (*image.RGBA, error) {
 	}
 	if c.YMax > c.YMin {
 		ymin, ymax = c.YMin, c.YMax
+	} else if c.YFromZero {
+		ymin, ymax = 0, math.Max(10, math.Ceil(ymax/10+0.05)*10)
 	}
 	if xmax == xmin {
 		xmin, xmax = xmin-1, xmax+1
@@ -101,7 +106,8 @@ func (c Chart) Render(w, h int) (*image.RGBA, error) {
 		y := ymin + float64(i)/5*(ymax-ymin)
 		line(img, left, py(y), right, py(y), grey)
 		text(img, 4, py(y)+4, trim(y), black)
-		x := xmin + float64(i)/5*(xmax-xmin)
+	}
+	for _, x := range xTicks(c.Series, xmin, xmax) {
 		text(img, px(x)-10, bottom+15, trim(x), black)
 	}
 	line(img, left, bottom, right, bottom, black)
@@ -139,6 +145,32 @@ func (c Chart) Render(w, h int) (*image.RGBA, error) {
 		text(img, right-132, ly+2, s.Name, black)
 	}
 	return img, nil
+}
+
+// xTicks places x labels: on whole numbers when every x is one (iterations,
+// percents), at most about ten of them; else at six even steps.
+func xTicks(series []Series, xmin, xmax float64) []float64 {
+	whole := len(series) > 0
+	for _, s := range series {
+		for _, x := range s.X {
+			whole = whole && x == math.Trunc(x)
+		}
+	}
+	var out []float64
+	if !whole {
+		for i := 0; i <= 5; i++ {
+			out = append(out, xmin+float64(i)/5*(xmax-xmin))
+		}
+		return out
+	}
+	step := 1.0 // the smallest of 1, 2, 5, 10, 20, 50, … giving at most ten steps
+	for k := 0; (xmax-xmin)/step > 10; k++ {
+		step = []float64{2, 5, 10}[k%3] * math.Pow(10, float64(k/3))
+	}
+	for x := math.Ceil(xmin/step) * step; x <= xmax+1e-9; x += step {
+		out = append(out, x)
+	}
+	return out
 }
 
 func trim(v float64) string {

@@ -2,6 +2,7 @@ package plot
 
 import (
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -39,5 +40,32 @@ func TestChartDrawsSeriesAndBands(t *testing.T) {
 	}
 	if _, err := (Chart{Series: []Series{{X: []float64{1}, Y: nil}}}).Render(400, 300); err == nil {
 		t.Error("mismatched series accepted")
+	}
+}
+
+func TestXTicksOnWholeNumbers(t *testing.T) {
+	cases := []struct {
+		name       string
+		xs         []float64
+		xmin, xmax float64
+		want       []float64
+	}{
+		{"iterations", []float64{1, 2, 3, 4}, 1, 4, []float64{1, 2, 3, 4}},
+		{"percents", []float64{20, 40, 100}, 20, 100, []float64{20, 30, 40, 50, 60, 70, 80, 90, 100}},
+		{"long run", []float64{1, 60}, 1, 60, []float64{10, 20, 30, 40, 50, 60}},
+		{"fractions", []float64{0, 0.5}, 0, 0.5, []float64{0, 0.1, 0.2, 0.3, 0.4, 0.5}},
+	}
+	for _, c := range cases {
+		got := xTicks([]Series{{X: c.xs, Y: c.xs}}, c.xmin, c.xmax)
+		if len(got) != len(c.want) {
+			t.Errorf("%s: ticks %v, want %v", c.name, got, c.want)
+			continue
+		}
+		for i := range got {
+			if math.Abs(got[i]-c.want[i]) > 1e-9 {
+				t.Errorf("%s: ticks %v, want %v", c.name, got, c.want)
+				break
+			}
+		}
 	}
 }
