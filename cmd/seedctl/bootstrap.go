@@ -51,6 +51,7 @@ func bootstrapCommand() *cli.Command {
 			&cli.Float64Flag{Name: "noise", Value: -1, Usage: "override the share of random actions in demonstrations"},
 			&cli.Float64Flag{Name: "hint-share", Value: -1, Usage: "override the share of demonstrations with hints in context"},
 			&cli.Float64Flag{Name: "renumber", Value: -1, Usage: "override the share of household demonstrations with permuted object numbers"},
+			&cli.Uint64Flag{Name: "seed", Usage: "override the recipe's seed (the corpus's and the weights' initialisation)"},
 			&cli.BoolFlag{Name: "prompt-loss", Usage: "train on every token (observations too), not only the responses"},
 			&cli.BoolFlag{Name: "rebuild", Usage: "build even when a cached model exists"},
 		},
@@ -78,6 +79,9 @@ func bootstrapCommand() *cli.Command {
 			}
 			if c.IsSet("hint-share") {
 				r.Corpus.HintShare = c.Float64("hint-share")
+			}
+			if c.IsSet("seed") {
+				r.Seed, r.Corpus.Seed = c.Uint64("seed"), c.Uint64("seed")
 			}
 			if c.IsSet("renumber") {
 				r.Corpus.Renumber = c.Float64("renumber")
