@@ -38,12 +38,12 @@ func renumberObjects(ep *Episode, r *rand.Rand) {
 	}
 	for _, t := range texts {
 		*t = objectRE.ReplaceAllStringFunc(*t, func(s string) string {
-			m := objectRE.FindStringSubmatch(s)
-			n, _ := strconv.Atoi(m[2])
+			typ, num, _ := strings.Cut(s, " ") // a match is "type number"
+			n, _ := strconv.Atoi(num)
 			if n < 1 {
 				return s
 			}
-			return m[1] + " " + strconv.Itoa(perm[m[1]][n-1]+1)
+			return typ + " " + strconv.Itoa(perm[typ][n-1]+1)
 		})
 	}
 	for k := range ep.Steps {

@@ -108,14 +108,12 @@ func Summarize(outs []Outcome) Figures {
 	// Prompting-only is the base policy, evaluated before training in every
 	// run: it counts once per seed.
 	baseSeeds := map[int64]bool{}
+	f.RunSeconds = map[string]float64{}
 	total := 0.0
 	for _, o := range outs {
 		if o.Skipped != "" || !o.Done || o.Final == nil {
 			f.Skipped = append(f.Skipped, o.Name()+": "+o.Skipped)
 			continue
-		}
-		if f.RunSeconds == nil {
-			f.RunSeconds = map[string]float64{}
 		}
 		f.RunSeconds[o.Name()] = o.Seconds
 		total += o.Seconds
@@ -221,21 +219,21 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 	fmt.Fprintf(&b, "# seedctl bench — %s on %s\n\n", spec.Base.Env.Name, f.Host)
 	fmt.Fprintf(&b, "Model `%s`; %d iterations × %d tasks × %d trajectories per run; seeds %v; wall time of the finished runs %s (this invocation %s). Success in %% on %d eval tasks per split (greedy, plain prompts), mean ± std over seeds.\n\n",
 		spec.Base.Model, spec.Base.Iterations, spec.Base.TasksPerIteration, spec.Base.Rollout.GroupSize, spec.Seeds, f.RunsTotal, f.Duration, spec.Base.Eval.Episodes)
+	head, rule := "| method | eval-seen | eval-unseen |", "|---|---|---|"
 	if f.HasScore {
-		b.WriteString("## T1 main table (all training tasks)\n\n| method | eval-seen | eval-unseen | score |\n|---|---|---|---|\n")
-	} else {
-		b.WriteString("## T1 main table (all training tasks)\n\n| method | eval-seen | eval-unseen |\n|---|---|---|\n")
+		head, rule = head+" score |", rule+"---|"
 	}
-	order := append([]string{"prompting-only"}, spec.Algos...)
-	for _, a := range order {
+	b.WriteString("## T1 main table (all training tasks)\n\n" + head + "\n" + rule + "\n")
+	for _, a := range append([]string{"prompting-only"}, spec.Algos...) {
 		m, ok := f.Main[a]
-		switch {
-		case !ok:
-		case f.HasScore:
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", a, m["seen"], m["unseen"], m["score"])
-		default:
-			fmt.Fprintf(&b, "| %s | %s | %s |\n", a, m["seen"], m["unseen"])
+		if !ok {
+			continue
 		}
+		fmt.Fprintf(&b, "| %s | %s | %s |", a, m["seen"], m["unseen"])
+		if f.HasScore {
+			fmt.Fprintf(&b, " %s |", m["score"])
+		}
+		b.WriteString("\n")
 	}
 	b.WriteString("\n## T2 sample efficiency (eval-seen success by share of training tasks)\n\n| method |")
 	shares := append(append([]float64{}, spec.Shares...), 1)
