@@ -109,8 +109,8 @@ type Outcome struct {
 	Skipped string                  `json:"skipped,omitempty"`
 	Base    *orchestrator.EvalPoint `json:"base,omitempty"`
 	Final   *orchestrator.EvalPoint `json:"final,omitempty"`
-	// Seconds is the run's wall time, from its config being written to its
-	// last state update (a pause before a resume counts too).
+	// Seconds is the run's wall time (State.Seconds: pauses between a kill
+	// and its resume do not count).
 	Seconds float64                    `json:"seconds,omitempty"`
 	Metrics []orchestrator.MetricsLine `json:"-"`
 }
@@ -158,9 +158,7 @@ func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, pro
 			return outs, err
 		}
 		o.Done, o.Base, o.Final = st.Done, st.BaseEval, st.FinalEval
-		if fi, err := os.Stat(filepath.Join(o.Dir, "config.json")); err == nil && st.Updated.After(fi.ModTime()) {
-			o.Seconds = st.Updated.Sub(fi.ModTime()).Seconds()
-		}
+		o.Seconds = runSeconds(o.Dir, st)
 		if o.Metrics, err = orchestrator.ReadMetrics(filepath.Join(o.Dir, "metrics.jsonl")); err != nil {
 			return outs, err
 		}
@@ -169,6 +167,18 @@ func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, pro
 	}
 	sort.SliceStable(outs, func(a, b int) bool { return outs[a].Name() < outs[b].Name() })
 	return outs, WriteResults(out, spec, outs, time.Since(start))
+}
+
+// runSeconds is the wall time a run spent: the state's own count, or for
+// runs saved before it kept one, from config.json's write to the last save.
+func runSeconds(dir string, st *orchestrator.State) float64 {
+	if st.Seconds > 0 {
+		return st.Seconds
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "config.json")); err == nil && st.Updated.After(fi.ModTime()) {
+		return st.Updated.Sub(fi.ModTime()).Seconds()
+	}
+	return 0
 }
 
 func readState(dir string) (*orchestrator.State, error) {

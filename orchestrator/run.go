@@ -86,7 +86,9 @@ type run struct {
 	learner Learner
 	log     zerolog.Logger
 	start   time.Time
-	pool    []envadapters.Task
+	// lastSave is when this process last saved the state (State.Seconds).
+	lastSave time.Time
+	pool     []envadapters.Task
 	// firstIter is the first iteration this process runs (for the ETA).
 	firstIter int
 	loopStart time.Time
@@ -158,6 +160,7 @@ func execute(ctx context.Context, cfg Config, deps Deps, dir runDir, st *State) 
 		deps.OpenEnv = OpenEnv
 	}
 	r := &run{cfg: cfg, deps: deps, dir: dir, st: st, log: deps.Log.With().Str("run", string(dir)).Logger(), start: time.Now()}
+	r.lastSave = r.start
 	if r.env, err = deps.OpenEnv(cfg.Env); err != nil {
 		return nil, fmt.Errorf("opening environment %s: %w", cfg.Env.Name, err)
 	}
@@ -233,7 +236,9 @@ func (r *run) printf(format string, args ...any) {
 }
 
 func (r *run) saveState() error {
-	r.st.Updated = time.Now()
+	now := time.Now()
+	r.st.Seconds += now.Sub(r.lastSave).Seconds()
+	r.st.Updated, r.lastSave = now, now
 	return writeJSON(r.dir.state(), r.st)
 }
 

@@ -31,6 +31,10 @@ type State struct {
 	FinalEval  *EvalPoint `json:"final_eval,omitempty"`
 	Done       bool       `json:"done"`
 	Updated    time.Time  `json:"updated"`
+	// Seconds is the wall time spent on the saved progress, summed over
+	// the processes that ran it (time between a kill and its resume does
+	// not count; unsaved work lost to a kill is counted when it is redone).
+	Seconds float64 `json:"seconds,omitempty"`
 }
 
 const stateVersion = 1

@@ -227,13 +227,23 @@ func TestServerFailureStopsCleanlyAndResumes(t *testing.T) {
 	if st.Iteration != 2 || st.Done {
 		t.Fatalf("state after the failure: iteration %d, done %v; error %v", st.Iteration, st.Done, err)
 	}
+	if st.Seconds <= 0 {
+		t.Errorf("state after the failure counts %v s of work", st.Seconds)
+	}
 	fail = false
 	deps.AfterPhase = nil
+	// The pause before the resume is not work: the state's time grows by
+	// at most the resumed process's own time.
+	time.Sleep(time.Second)
+	began := time.Now()
 	res, err := orchestrator.Resume(context.Background(), dir, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.State.Iteration != 3 || !res.State.Done {
 		t.Errorf("resumed: %+v", res.State)
+	}
+	if grew := res.State.Seconds - st.Seconds; grew <= 0 || grew > time.Since(began).Seconds() {
+		t.Errorf("resume added %.2f s of work in %.2f s of wall time", grew, time.Since(began).Seconds())
 	}
 }
