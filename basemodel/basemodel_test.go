@@ -3,6 +3,7 @@ package basemodel
 import (
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,6 +17,7 @@ import (
 	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/skills"
 	"github.com/seedctl/seedctl/tokenizer"
+	"github.com/seedctl/seedctl/trainer"
 )
 
 func smallCorpus(t *testing.T, n int) ([]Episode, Recipe) {
@@ -210,5 +212,113 @@ func TestCorpusAnalysisExamples(t *testing.T) {
 		if err != nil || sk.EpisodeSkill == "" {
 			t.Errorf("%s: answer %q: %v", e.Task.ID, e.AnalysisAnswer, err)
 		}
+	}
+}
+
+// Refinement on the model's own states: Refine on a built base gives the
+// same weights as building the recipe with the refinement in it, and
+// build.json reports each round.
+func TestRefineMatchesBuildWithDAgger(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds three tiny models")
+	}
+	r, _ := DefaultRecipe(household.Name, "tiny")
+	r.Corpus.Episodes, r.SFT.Epochs, r.VocabSize, r.Hidden, r.Layers, r.Inter, r.HeldOutEpisodes = 12, 1, 500, 32, 2, 64, -1
+	r.SFT.BatchTokens, r.SFT.MaxLen = 2048, 2048
+	dc := DefaultDAgger()
+	dc.Rounds, dc.Episodes, dc.MaxSteps = 2, 3, 8
+	tmp := t.TempDir()
+	base, refined, direct := filepath.Join(tmp, "base"), filepath.Join(tmp, "refined"), filepath.Join(tmp, "direct")
+	if err := Build(context.Background(), r, base, zerolog.Nop(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := Refine(context.Background(), base, refined, dc, zerolog.Nop(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := Refine(context.Background(), refined, filepath.Join(tmp, "twice"), dc, zerolog.Nop(), nil); err == nil {
+		t.Error("refining a refined model was accepted")
+	}
+	r.DAgger = dc
+	if err := Build(context.Background(), r, direct, zerolog.Nop(), nil); err != nil {
+		t.Fatal(err)
+	}
+	h0, _ := WeightsHash(base)
+	h1, _ := WeightsHash(refined)
+	h2, _ := WeightsHash(direct)
+	if h1 != h2 || h0 == h1 {
+		t.Errorf("weights: base %.12s, refined %.12s, built with refinement %.12s (want the last two equal, the first different)", h0, h1, h2)
+	}
+	rec, ok := ReadRecipe(refined)
+	if !ok || rec.Key() != r.Key() {
+		t.Errorf("the refined model's recipe key %s, want %s", rec.Key(), r.Key())
+	}
+	var report BuildReport
+	if b, err := os.ReadFile(filepath.Join(refined, "build.json")); err != nil || json.Unmarshal(b, &report) != nil {
+		t.Fatalf("build.json: %v", err)
+	}
+	if len(report.DAgger) != 2 {
+		t.Fatalf("build.json has %d refinement rounds, want 2", len(report.DAgger))
+	}
+	for i, d := range report.DAgger {
+		if d.Episodes != 3 || d.Steps < 3 || d.Examples == 0 || d.Agree < 0 || d.Agree > 1 || d.Replayed != d.Examples {
+			t.Errorf("round %d: %+v", i+1, d)
+		}
+	}
+}
+
+// A played episode's labels are what the searching expert says in the
+// states the policy's own actions led to: replaying the taken actions with
+// a fresh expert gives the same labels, and every target is the label.
+func TestPlayedEpisodesAreLabelledByTheExpert(t *testing.T) {
+	r, _ := DefaultRecipe(household.Name, "tiny")
+	r.Corpus.Episodes, r.VocabSize = 8, 400
+	r.DAgger = DefaultDAgger()
+	r.DAgger.Episodes, r.DAgger.MaxSteps = 4, 12
+	pc, err := prepare(context.Background(), r, nil, nil, zerolog.Nop(), func(string, int, int, string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &trainer.ModelConfig{Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: pc.tok.VocabSize(),
+		HiddenSize: 32, IntermediateSize: 64, NumHiddenLayers: 1, NumAttentionHeads: 2, NumKeyValueHeads: 1,
+		MaxPositionEmbeddings: 4096, RMSNormEps: 1e-6, RopeTheta: 1e6, HiddenAct: "silu", InitializerRange: 0.02, TieWordEmbeddings: true}
+	m, err := trainer.InitRandom(cfg, trainer.ModelOptions{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	eps, st, err := playRelabelled(context.Background(), r, m, pc, 0, rand.New(rand.NewPCG(1, 2)), func(int, int) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(eps) != 4 || st.Episodes != 4 || st.Steps == 0 {
+		t.Fatalf("played %d episodes, stats %+v", len(eps), st)
+	}
+	for _, ep := range eps {
+		if ep.Task.Split != envadapters.Train || ep.Task.Index < r.Corpus.Episodes+heldOutEpisodes {
+			t.Errorf("played %s: not a training task past the corpus and the held-out demonstrations", ep.Task.ID)
+		}
+		env, _ := pc.b.New(envadapters.Options{"max_steps": "12"})
+		env.Reset(context.Background(), ep.Task)
+		x, _ := household.NewListingSearchExpert(env, 1, 0)
+		for k, s := range ep.Steps {
+			want, err := x.Act()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Target != want || s.Response != "<action>"+want+"</action>" {
+				t.Fatalf("%s step %d: target %q, response %q; the expert says %q", ep.Task.ID, k, s.Target, s.Response, want)
+			}
+			if s.Random && s.Action != s.Target {
+				t.Errorf("%s step %d: a step the policy got wrong is not trained on", ep.Task.ID, k)
+			}
+			obs, err := env.Step(context.Background(), s.Action)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if obs.Observation != s.After {
+				t.Fatalf("%s step %d: replay diverged", ep.Task.ID, k)
+			}
+		}
+		env.Close()
 	}
 }

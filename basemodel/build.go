@@ -55,6 +55,9 @@ type Recipe struct {
 	// move, heat, cool, clean, use) this many times.
 	RareRepeat int    `json:"rare_repeat,omitempty"`
 	Seed       uint64 `json:"seed"`
+	// DAgger refines the pre-trained model on its own states (zero: no
+	// refinement, and no change to older recipes' cache keys).
+	DAgger DAggerConfig `json:"dagger,omitzero"`
 	// HeldOutEpisodes is how many held-out demonstrations the build is
 	// measured on (0: 40; negative: none). It does not change the model,
 	// so it is not part of the cache key.
@@ -110,6 +113,8 @@ type BuildReport struct {
 	TrainSeconds float64  `json:"train_seconds"`
 	Seconds      float64  `json:"seconds"`
 	HeldOut      Accuracy `json:"held_out_accuracy"`
+	// DAgger has one entry per refinement round.
+	DAgger []DAggerRound `json:"dagger,omitempty"`
 }
 
 // Key names a recipe's cache folder.
@@ -158,82 +163,22 @@ func Ensure(ctx context.Context, r Recipe, dir string, log zerolog.Logger, progr
 	return dir, true, nil
 }
 
-// Build generates the corpus, trains the tokenizer, pre-trains the model
-// and saves the checkpoint (with recipe.json) atomically into out.
+// Build generates the corpus, trains the tokenizer, pre-trains the model,
+// refines it on its own states when the recipe says so (DAggerConfig) and
+// saves the checkpoint (with recipe.json) atomically into out.
 func Build(ctx context.Context, r Recipe, out string, log zerolog.Logger, progress Progress) error {
 	if progress == nil {
 		progress = func(string, int, int, string) {}
 	}
-	b, err := envadapters.Lookup(r.Env)
-	if err != nil {
-		return err
-	}
 	start := time.Now()
-	eps, err := GenerateCorpus(ctx, b, r.Corpus, func(d, t int) { progress("corpus", d, t, "") })
-	if err != nil {
-		return fmt.Errorf("building the %s base model: %w", r.Env, err)
-	}
-	won := 0
-	for _, e := range eps {
-		if e.Won {
-			won++
-		}
-	}
-	log.Info().Int("episodes", len(eps)).Int("won", won).Dur("took", time.Since(start)).Msg("corpus generated")
-
-	progress("tokenizer", 0, 1, "")
-	tc := tokenizer.DefaultTrainConfig()
-	tc.VocabSize = r.VocabSize
-	if r.EntityTokens {
-		tc.Pattern, tc.Entities = tokenizer.EntityPattern, Places(eps)
-	}
-	texts := append(Texts(eps), tokenizer.Qwen25ChatTemplate)
-	// The prompt format's own words (window headers, the action request).
-	tmpl := rollout.TemplateFor(r.Env)
-	for _, e := range eps[:min(len(eps), 50)] {
-		texts = append(texts, e.userTexts(tmpl, r.Mode, r.Window)...)
-	}
-	tok, err := tokenizer.TrainBPE(texts, tc)
-	if err != nil {
-		return fmt.Errorf("training the tokenizer: %w", err)
-	}
-	tcfg := &tokenizer.Config{EOSToken: "<|im_end|>", PadToken: "<|endoftext|>", ChatTemplate: tokenizer.Qwen25ChatTemplate}
-	progress("tokenizer", 1, 1, fmt.Sprintf("%d tokens", tok.VocabSize()))
-
-	policy, err := rollout.NewPolicy(nil, tok, tcfg)
+	pc, err := prepare(ctx, r, nil, nil, log, progress)
 	if err != nil {
 		return err
 	}
-	examples, tokens, err := EncodeRepeated(eps, policy, tmpl, r.Mode, r.Window, max(1, r.RareRepeat))
-	if err != nil {
-		return err
-	}
-	kept := examples[:0]
-	for _, ex := range examples {
-		if len(ex.IDs) <= r.SFT.MaxLen {
-			kept = append(kept, ex)
-		}
-	}
-	if dropped := len(examples) - len(kept); dropped > 0 {
-		log.Warn().Int("dropped", dropped).Int("max_len", r.SFT.MaxLen).Msg("corpus examples longer than max_len left out")
-	}
-	examples = kept
-	log.Info().Int("examples", len(examples)).Int("tokens", tokens).Msg("corpus encoded")
-	if r.PromptLoss {
-		// Language-model loss on every token: predicting the observations
-		// (which repeat entity names and numbers from the prompt) is copying
-		// practice that the action tokens alone give too little of.
-		for _, ex := range examples {
-			for k := 1; k < len(ex.Loss); k++ {
-				ex.Loss[k] = true
-			}
-		}
-	}
-
-	eos, _ := tok.TokenID("<|im_end|>")
-	bos, _ := tok.TokenID("<|endoftext|>")
+	eos, _ := pc.tok.TokenID("<|im_end|>")
+	bos, _ := pc.tok.TokenID("<|endoftext|>")
 	cfg := &trainer.ModelConfig{
-		Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: tok.VocabSize(),
+		Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: pc.tok.VocabSize(),
 		HiddenSize: r.Hidden, IntermediateSize: r.Inter, NumHiddenLayers: r.Layers, NumAttentionHeads: r.Heads,
 		NumKeyValueHeads: r.KVHeads, MaxPositionEmbeddings: 8192, RMSNormEps: 1e-6, RopeTheta: 1e6, HiddenAct: "silu",
 		InitializerRange: 0.02, TieWordEmbeddings: true, BOSTokenID: &bos, EOSTokenID: float64(eos),
@@ -245,7 +190,7 @@ func Build(ctx context.Context, r Recipe, out string, log zerolog.Logger, progre
 	defer m.Close()
 	trainStart := time.Now()
 	lastLoss := 0.0
-	err = trainer.TrainSFT(ctx, m, examples, r.SFT, func(p trainer.SFTProgress) {
+	err = trainer.TrainSFT(ctx, m, pc.examples, r.SFT, func(p trainer.SFTProgress) {
 		lastLoss = p.Loss
 		rate := float64(p.Tokens) / p.Elapsed.Seconds()
 		progress("pretrain", p.Step, p.Steps, fmt.Sprintf("loss %.3f, %.0f trained tokens/s", p.Loss, rate))
@@ -254,15 +199,116 @@ func Build(ctx context.Context, r Recipe, out string, log zerolog.Logger, progre
 		return fmt.Errorf("pre-training the %s base model: %w", r.Env, err)
 	}
 	log.Info().Dur("took", time.Since(trainStart)).Msg("pre-training done")
-	report := BuildReport{Episodes: len(eps), ExpertWon: won, Examples: len(examples), Tokens: tokens, FinalLoss: lastLoss,
+	report := BuildReport{Episodes: len(pc.eps), ExpertWon: pc.won, Examples: len(pc.examples), Tokens: pc.tokens, FinalLoss: lastLoss,
 		TrainSeconds: time.Since(trainStart).Seconds()}
+	if r.DAgger.Rounds > 0 {
+		t := time.Now()
+		if report.DAgger, err = refine(ctx, r, m, pc, log, progress); err != nil {
+			return err
+		}
+		report.TrainSeconds += time.Since(t).Seconds()
+	}
+	return finish(ctx, r, m, pc, report, start, out, log, progress)
+}
+
+// prepared is a recipe's corpus, tokenizer and encoded examples.
+type prepared struct {
+	b        envadapters.Builtin
+	eps      []Episode
+	won      int
+	tok      *tokenizer.Tokenizer
+	tcfg     *tokenizer.Config
+	policy   *rollout.Policy
+	tmpl     rollout.Template
+	examples []trainer.SFTExample
+	tokens   int
+}
+
+// prepare generates r's corpus and encodes it, training the tokenizer
+// unless one is given (a refined model keeps its base's).
+func prepare(ctx context.Context, r Recipe, tok *tokenizer.Tokenizer, tcfg *tokenizer.Config, log zerolog.Logger, progress Progress) (*prepared, error) {
+	b, err := envadapters.Lookup(r.Env)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	pc := &prepared{b: b, tmpl: rollout.TemplateFor(r.Env)}
+	pc.eps, err = GenerateCorpus(ctx, b, r.Corpus, func(d, t int) { progress("corpus", d, t, "") })
+	if err != nil {
+		return nil, fmt.Errorf("building the %s base model: %w", r.Env, err)
+	}
+	for _, e := range pc.eps {
+		if e.Won {
+			pc.won++
+		}
+	}
+	log.Info().Int("episodes", len(pc.eps)).Int("won", pc.won).Dur("took", time.Since(start)).Msg("corpus generated")
+
+	if tok == nil {
+		progress("tokenizer", 0, 1, "")
+		tc := tokenizer.DefaultTrainConfig()
+		tc.VocabSize = r.VocabSize
+		if r.EntityTokens {
+			tc.Pattern, tc.Entities = tokenizer.EntityPattern, Places(pc.eps)
+		}
+		texts := append(Texts(pc.eps), tokenizer.Qwen25ChatTemplate)
+		// The prompt format's own words (window headers, the action request).
+		for _, e := range pc.eps[:min(len(pc.eps), 50)] {
+			texts = append(texts, e.userTexts(pc.tmpl, r.Mode, r.Window)...)
+		}
+		if tok, err = tokenizer.TrainBPE(texts, tc); err != nil {
+			return nil, fmt.Errorf("training the tokenizer: %w", err)
+		}
+		tcfg = &tokenizer.Config{EOSToken: "<|im_end|>", PadToken: "<|endoftext|>", ChatTemplate: tokenizer.Qwen25ChatTemplate}
+		progress("tokenizer", 1, 1, fmt.Sprintf("%d tokens", tok.VocabSize()))
+	}
+	pc.tok, pc.tcfg = tok, tcfg
+	if pc.policy, err = rollout.NewPolicy(nil, tok, tcfg); err != nil {
+		return nil, err
+	}
+	examples, tokens, err := EncodeRepeated(pc.eps, pc.policy, pc.tmpl, r.Mode, r.Window, max(1, r.RareRepeat))
+	if err != nil {
+		return nil, err
+	}
+	pc.examples, pc.tokens = fitting(examples, r.SFT.MaxLen, log), tokens
+	log.Info().Int("examples", len(pc.examples)).Int("tokens", tokens).Msg("corpus encoded")
+	if r.PromptLoss {
+		// Language-model loss on every token: predicting the observations
+		// (which repeat entity names and numbers from the prompt) is copying
+		// practice that the action tokens alone give too little of.
+		for _, ex := range pc.examples {
+			for k := 1; k < len(ex.Loss); k++ {
+				ex.Loss[k] = true
+			}
+		}
+	}
+	return pc, nil
+}
+
+// fitting keeps the examples no longer than maxLen.
+func fitting(examples []trainer.SFTExample, maxLen int, log zerolog.Logger) []trainer.SFTExample {
+	kept := examples[:0]
+	for _, ex := range examples {
+		if len(ex.IDs) <= maxLen {
+			kept = append(kept, ex)
+		}
+	}
+	if dropped := len(examples) - len(kept); dropped > 0 {
+		log.Warn().Int("dropped", dropped).Int("max_len", maxLen).Msg("corpus examples longer than max_len left out")
+	}
+	return kept
+}
+
+// finish measures the held-out accuracy and saves the model with its
+// tokenizer, recipe.json and build.json.
+func finish(ctx context.Context, r Recipe, m *trainer.Model, pc *prepared, report BuildReport, start time.Time, out string, log zerolog.Logger, progress Progress) error {
 	if n := cmp.Or(r.HeldOutEpisodes, heldOutEpisodes); r.Mode == rollout.ModeWindow && n > 0 {
 		progress("held-out accuracy", 0, 1, "")
-		held, err := HeldOut(ctx, b, r.Corpus, n)
+		held, err := HeldOut(ctx, pc.b, r.Corpus, n)
 		if err != nil {
 			return fmt.Errorf("held-out demonstrations: %w", err)
 		}
-		if report.HeldOut, err = MeasureAccuracy(m, policy, tmpl, held, r.Mode, r.Window); err != nil {
+		if report.HeldOut, err = MeasureAccuracy(m, pc.policy, pc.tmpl, held, r.Mode, r.Window); err != nil {
 			return err
 		}
 		report.HeldOut.Misses = report.HeldOut.Misses[:min(len(report.HeldOut.Misses), 20)] // a sample to read, not every miss
@@ -273,7 +319,7 @@ func Build(ctx context.Context, r Recipe, out string, log zerolog.Logger, progre
 	rb, _ := json.MarshalIndent(r, "", "  ")
 	bb, _ := json.MarshalIndent(report, "", "  ")
 	return m.Save(out, trainer.SaveOptions{WriteExtra: func(tmp string) error {
-		if err := tokenizer.Save(tmp, tok, tcfg); err != nil {
+		if err := tokenizer.Save(tmp, pc.tok, pc.tcfg); err != nil {
 			return err
 		}
 		if err := os.WriteFile(filepath.Join(tmp, "build.json"), append(bb, '\n'), 0o644); err != nil {
@@ -367,7 +413,7 @@ func EncodeRepeated(eps []Episode, p *rollout.Policy, tmpl rollout.Template, mod
 					// The step that needs the hint: going where the skill
 					// says the object is, instead of searching.
 					n = hintFirstRepeat
-				case rareVerb(s.Action):
+				case rareVerb(cmp.Or(s.Target, s.Action)):
 					n = rare
 				}
 				for range n - 1 {

@@ -27,8 +27,13 @@ type DemoStep struct {
 	Response   string // the demonstrated reply text
 	After      string // the environment's answer
 	StepHint   string // advice shown before the action request, if any
-	// Random marks a noise action: kept as context for the steps after it
-	// (so the model sees recoveries) but not trained on.
+	// Target, when set, is the action Response demonstrates where it is not
+	// the one taken (a relabelled step: the policy acted, the expert says
+	// what it should have done).
+	Target string `json:",omitempty"`
+	// Random marks a step that is context only, never a target: a noise
+	// action (kept so the model sees recoveries), or a relabelled step the
+	// policy already got right that was not sampled for training.
 	Random bool `json:",omitempty"`
 }
 

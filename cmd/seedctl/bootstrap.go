@@ -53,6 +53,7 @@ func bootstrapCommand() *cli.Command {
 			&cli.Float64Flag{Name: "renumber", Value: -1, Usage: "override the share of household demonstrations with permuted object numbers"},
 			&cli.Uint64Flag{Name: "seed", Usage: "override the recipe's seed (the corpus's and the weights' initialisation)"},
 			&cli.BoolFlag{Name: "prompt-loss", Usage: "train on every token (observations too), not only the responses"},
+			&cli.IntFlag{Name: "dagger-rounds", Value: -1, Usage: "override the rounds of refinement on the model's own states (0: none; see model refine)"},
 			&cli.BoolFlag{Name: "rebuild", Usage: "build even when a cached model exists"},
 		},
 		Action: func(c *cli.Context) error {
@@ -89,7 +90,18 @@ func bootstrapCommand() *cli.Command {
 			if c.IsSet("prompt-loss") {
 				r.PromptLoss = c.Bool("prompt-loss")
 			}
+			if n := c.Int("dagger-rounds"); n == 0 {
+				r.DAgger = basemodel.DAggerConfig{}
+			} else if n > 0 {
+				if r.DAgger.Rounds == 0 {
+					r.DAgger = basemodel.DefaultDAgger()
+				}
+				r.DAgger.Rounds = n
+			}
 			if err := r.Corpus.Validate(); err != nil {
+				return cli.Exit("model bootstrap: "+err.Error(), 2)
+			}
+			if err := r.DAgger.Validate(); err != nil {
 				return cli.Exit("model bootstrap: "+err.Error(), 2)
 			}
 			if err := r.SFT.Validate(); err != nil {
@@ -120,6 +132,43 @@ func bootstrapCommand() *cli.Command {
 				verb = "built"
 			}
 			fmt.Fprintf(c.App.Writer, "%s %s base model at %s in %s (weights sha256 %s)\n", verb, r.Env, dir, time.Since(start).Round(time.Second), hash[:16])
+			return nil
+		},
+	}
+}
+
+func refineCommand() *cli.Command {
+	d := basemodel.DefaultDAgger()
+	return &cli.Command{
+		Name:  "refine",
+		Usage: "refine a bootstrapped base model on its own states (DAgger: it plays training tasks, the expert labels every step, it trains on the labels)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "model", Required: true, Usage: "bootstrapped base model folder"},
+			&cli.StringFlag{Name: "out", Required: true, Usage: "folder for the refined model"},
+			&cli.IntFlag{Name: "rounds", Value: d.Rounds},
+			&cli.IntFlag{Name: "episodes", Value: d.Episodes, Usage: "episodes played per round"},
+			&cli.Float64Flag{Name: "epochs", Value: d.Epochs, Usage: "epochs over each round's examples"},
+			&cli.Float64Flag{Name: "lr", Value: d.LR, Usage: "peak learning rate"},
+			&cli.Float64Flag{Name: "keep-agreeing", Value: d.KeepAgreeing, Usage: "share of steps the model already got right that are trained on too"},
+			&cli.Float64Flag{Name: "replay", Value: d.Replay, Usage: "corpus examples mixed in per relabelled one"},
+			&cli.IntFlag{Name: "max-steps", Value: d.MaxSteps, Usage: "step limit of played episodes"},
+		},
+		Action: func(c *cli.Context) error {
+			dc := d
+			dc.Rounds, dc.Episodes, dc.Epochs, dc.LR = c.Int("rounds"), c.Int("episodes"), c.Float64("epochs"), c.Float64("lr")
+			dc.KeepAgreeing, dc.Replay, dc.MaxSteps = c.Float64("keep-agreeing"), c.Float64("replay"), c.Int("max-steps")
+			if dc.Rounds < 1 {
+				return cli.Exit("model refine: rounds must be positive", 2)
+			}
+			if err := dc.Validate(); err != nil {
+				return cli.Exit("model refine: "+err.Error(), 2)
+			}
+			start := time.Now()
+			if err := basemodel.Refine(c.Context, c.String("model"), c.String("out"), dc, logger(c), stageProgress(c.App.ErrWriter)); err != nil {
+				return cli.Exit("model refine: "+err.Error(), 1)
+			}
+			hash, _ := basemodel.WeightsHash(c.String("out"))
+			fmt.Fprintf(c.App.Writer, "refined %s into %s in %s (weights sha256 %s)\n", c.String("model"), c.String("out"), time.Since(start).Round(time.Second), hash[:16])
 			return nil
 		},
 	}

@@ -41,6 +41,7 @@ func modelCommand() *cli.Command {
 			modelInitCommand(),
 			modelInspectCommand(),
 			bootstrapCommand(),
+			refineCommand(),
 			accuracyCommand(),
 		},
 	}

@@ -99,3 +99,22 @@ func TestModelCommandErrors(t *testing.T) {
 		t.Errorf("bad arch: %v", err)
 	}
 }
+
+// model refine names what is wrong with its input before any work.
+func TestModelRefineRejectsBadInput(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rounds", "0"}, "rounds must be positive"},
+		{[]string{"--keep-agreeing", "2"}, "keep_agreeing"},
+		{[]string{}, "no recipe.json"},
+	} {
+		args := append([]string{"model", "refine", "--model", dir, "--out", filepath.Join(dir, "out")}, c.args...)
+		_, err := runApp(t, args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want it to say %q", c.args, err, c.want)
+		}
+	}
+}
