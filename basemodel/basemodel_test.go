@@ -228,16 +228,26 @@ func TestRefineMatchesBuildWithDAgger(t *testing.T) {
 	dc := DefaultDAgger()
 	dc.Rounds, dc.Episodes, dc.MaxSteps = 2, 3, 8
 	tmp := t.TempDir()
-	base, refined, direct := filepath.Join(tmp, "base"), filepath.Join(tmp, "refined"), filepath.Join(tmp, "direct")
-	if err := Build(context.Background(), r, base, zerolog.Nop(), nil); err != nil {
+	t.Setenv("XDG_CACHE_HOME", tmp)
+	base, _, err := Ensure(context.Background(), r, "", zerolog.Nop(), nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Refine(context.Background(), base, refined, dc, zerolog.Nop(), nil); err != nil {
-		t.Fatal(err)
+	// Ensure of the refined recipe refines the cached base: no pre-training.
+	rr := r
+	rr.DAgger = dc
+	var stages []string
+	refined, built, err := Ensure(context.Background(), rr, "", zerolog.Nop(), func(stage string, _, _ int, _ string) { stages = append(stages, stage) })
+	if err != nil || !built {
+		t.Fatalf("Ensure of the refined recipe: built %v, %v", built, err)
+	}
+	if strings.Contains(strings.Join(stages, " "), "pretrain") || !strings.Contains(strings.Join(stages, " "), "dagger 2/2: train") {
+		t.Errorf("Ensure of the refined recipe ran the stages %v, want refinement without pre-training", stages)
 	}
 	if err := Refine(context.Background(), refined, filepath.Join(tmp, "twice"), dc, zerolog.Nop(), nil); err == nil {
 		t.Error("refining a refined model was accepted")
 	}
+	direct := filepath.Join(tmp, "direct")
 	r.DAgger = dc
 	if err := Build(context.Background(), r, direct, zerolog.Nop(), nil); err != nil {
 		t.Fatal(err)

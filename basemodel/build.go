@@ -151,16 +151,36 @@ func Ensure(ctx context.Context, r Recipe, dir string, log zerolog.Logger, progr
 		}
 		dir = filepath.Join(base, r.Key())
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "recipe.json")); err == nil {
-		var have Recipe
-		if json.Unmarshal(b, &have) == nil && have.Key() == r.Key() {
-			return dir, false, nil
+	if cached(dir, r) {
+		return dir, false, nil
+	}
+	// A refined recipe whose base is cached refines that base instead of
+	// pre-training again (the same weights: TestRefineMatchesBuildWithDAgger).
+	if r.DAgger.Rounds > 0 {
+		base := r
+		base.DAgger = DAggerConfig{}
+		if root, err := CacheDir(); err == nil && cached(filepath.Join(root, base.Key()), base) {
+			log.Info().Str("base", base.Key()).Msg("refining the cached base model")
+			if err := Refine(ctx, filepath.Join(root, base.Key()), dir, r.DAgger, log, progress); err != nil {
+				return "", false, err
+			}
+			return dir, true, nil
 		}
 	}
 	if err := Build(ctx, r, dir, log, progress); err != nil {
 		return "", false, err
 	}
 	return dir, true, nil
+}
+
+// cached reports whether dir holds a finished build of r.
+func cached(dir string, r Recipe) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "recipe.json"))
+	if err != nil {
+		return false
+	}
+	var have Recipe
+	return json.Unmarshal(b, &have) == nil && have.Key() == r.Key()
 }
 
 // Build generates the corpus, trains the tokenizer, pre-trains the model,
