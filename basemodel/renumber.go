@@ -56,7 +56,7 @@ func (e *Episode) texts() []*string {
 	out := []*string{&e.FirstObs, &e.EpisodeHint, &e.AnalysisPrompt, &e.AnalysisAnswer}
 	for k := range e.Steps {
 		s := &e.Steps[k]
-		out = append(out, &s.Obs, &s.Action, &s.Response, &s.After, &s.StepHint)
+		out = append(out, &s.Obs, &s.Action, &s.Target, &s.Response, &s.After, &s.StepHint)
 		for j := range s.Admissible {
 			out = append(out, &s.Admissible[j])
 		}
