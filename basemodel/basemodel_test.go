@@ -141,6 +141,7 @@ func TestEncodeMatchesRolloutPrompts(t *testing.T) {
 func TestEnsureBuildsOnceAndReuses(t *testing.T) {
 	r, _ := DefaultRecipe(household.Name, "tiny")
 	r.Corpus.Episodes, r.SFT.Epochs, r.VocabSize, r.Hidden, r.Layers, r.Inter = 20, 0.2, 500, 32, 1, 64
+	r.DAgger = DAggerConfig{} // TestRefineMatchesBuildWithDAgger covers refined recipes
 	dir := filepath.Join(t.TempDir(), "base")
 	got, built, err := Ensure(context.Background(), r, dir, zerolog.Nop(), nil)
 	if err != nil || !built || got != dir {
@@ -177,6 +178,7 @@ func TestBuildIsReproducible(t *testing.T) {
 	r, _ := DefaultRecipe(household.Name, "tiny")
 	r.Corpus.Episodes, r.SFT.Epochs, r.VocabSize, r.Hidden, r.Layers, r.Inter, r.HeldOutEpisodes = 12, 1, 500, 32, 2, 64, -1
 	r.SFT.BatchTokens, r.SFT.MaxLen = 2048, 2048
+	r.DAgger.Rounds, r.DAgger.Episodes, r.DAgger.MaxSteps = 1, 2, 6
 	var hashes []string
 	for i := 0; i < 2; i++ {
 		dir := filepath.Join(t.TempDir(), "base")
@@ -225,6 +227,7 @@ func TestRefineMatchesBuildWithDAgger(t *testing.T) {
 	r, _ := DefaultRecipe(household.Name, "tiny")
 	r.Corpus.Episodes, r.SFT.Epochs, r.VocabSize, r.Hidden, r.Layers, r.Inter, r.HeldOutEpisodes = 12, 1, 500, 32, 2, 64, -1
 	r.SFT.BatchTokens, r.SFT.MaxLen = 2048, 2048
+	r.DAgger = DAggerConfig{}
 	dc := DefaultDAgger()
 	dc.Rounds, dc.Episodes, dc.MaxSteps = 2, 3, 8
 	tmp := t.TempDir()

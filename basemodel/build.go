@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/envadapters/household"
 	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/tokenizer"
 	"github.com/seedctl/seedctl/trainer"
@@ -89,6 +90,12 @@ func DefaultRecipe(env, size string) (Recipe, error) {
 	}
 	if _, err := envadapters.Lookup(env); err != nil {
 		return Recipe{}, err
+	}
+	if env == household.Name {
+		// Refinement on the model's own states: success with oracle hints
+		// 25.0% → 38.0% at the same plain success (README, "Tiny base
+		// policies").
+		r.DAgger = DefaultDAgger()
 	}
 	if env == "webshop" {
 		r.Corpus.MaxSteps = 15
