@@ -122,6 +122,13 @@ func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, pro
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
+	if spec.Base.TrainTasks == 0 {
+		// The training set is what a full-share run consumes: each of its
+		// tasks once, so a 40% run sees fewer distinct tasks (each 2.5 times)
+		// at the same compute. Left at the whole split, every share above
+		// the consumed fraction would train on the same tasks.
+		spec.Base.TrainTasks = spec.Base.Iterations * spec.Base.TasksPerIteration
+	}
 	runs := filepath.Join(out, "runs")
 	start := time.Now()
 	exps := spec.Experiments()

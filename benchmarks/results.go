@@ -217,8 +217,12 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# seedctl bench — %s on %s\n\n", spec.Base.Env.Name, f.Host)
-	fmt.Fprintf(&b, "Model `%s`; %d iterations × %d tasks × %d trajectories per run; seeds %v; wall time of the finished runs %s (this invocation %s). Success in %% on %d eval tasks per split (greedy, plain prompts), mean ± std over seeds.\n\n",
-		spec.Base.Model, spec.Base.Iterations, spec.Base.TasksPerIteration, spec.Base.Rollout.GroupSize, spec.Seeds, f.RunsTotal, f.Duration, spec.Base.Eval.Episodes)
+	set := "the whole train split"
+	if spec.Base.TrainTasks > 0 {
+		set = fmt.Sprintf("%d training tasks", spec.Base.TrainTasks)
+	}
+	fmt.Fprintf(&b, "Model `%s`; %d iterations × %d tasks × %d trajectories per run; training set %s (data shares are of it); seeds %v; wall time of the finished runs %s (this invocation %s). Success in %% on %d eval tasks per split (greedy, plain prompts), mean ± std over seeds.\n\n",
+		spec.Base.Model, spec.Base.Iterations, spec.Base.TasksPerIteration, spec.Base.Rollout.GroupSize, set, spec.Seeds, f.RunsTotal, f.Duration, spec.Base.Eval.Episodes)
 	head, rule := "| method | eval-seen | eval-unseen |", "|---|---|---|"
 	if f.HasScore {
 		head, rule = head+" score |", rule+"---|"

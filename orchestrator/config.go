@@ -147,7 +147,13 @@ type Config struct {
 	// Iterations of stage 2; TasksPerIteration is B, Rollout.GroupSize G.
 	Iterations        int     `json:"iterations"`
 	TasksPerIteration int     `json:"tasks_per_iteration"`
-	DataShare         float64 `json:"data_share"` // share of training tasks used (sample-efficiency tables)
+	DataShare         float64 `json:"data_share"` // share of the training set used (sample-efficiency tables)
+	// TrainTasks is the training set: this many tasks of the seeded shuffle
+	// of the train split (0: all of it). DataShare keeps a share of it, so
+	// a run that consumes fewer tasks than the split holds still trains on
+	// fewer distinct tasks at a smaller share (the benchmarks set it to
+	// what a full-share run consumes).
+	TrainTasks int `json:"train_tasks,omitempty"`
 	Rollout           struct {
 		Mode           string  `json:"mode"`
 		Window         int     `json:"window"`
@@ -305,6 +311,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: iterations %d must be >= 0 and tasks_per_iteration %d >= 1", c.Iterations, c.TasksPerIteration)
 	case c.DataShare <= 0 || c.DataShare > 1:
 		return fmt.Errorf("config: data_share %v must be in (0, 1]", c.DataShare)
+	case c.TrainTasks < 0:
+		return fmt.Errorf("config: train_tasks %d must be >= 0 (0: the whole train split)", c.TrainTasks)
 	case c.Rollout.GroupSize < 2:
 		return fmt.Errorf("config: rollout.group_size %d must be at least 2 (GRPO groups)", c.Rollout.GroupSize)
 	case c.RL.AdvNorm != "" && c.RL.AdvNorm != AdvNormStd && c.RL.AdvNorm != AdvNormNone:

@@ -200,11 +200,11 @@ func TestMetricsTornLineAndTrim(t *testing.T) {
 
 func TestTrainPoolNestsAcrossShares(t *testing.T) {
 	src := fakeTasks{n: 100}
-	small, err := trainPool(src, 0.2, 3)
+	small, err := trainPool(src, 0, 0.2, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	big, _ := trainPool(src, 0.6, 3)
+	big, _ := trainPool(src, 0, 0.6, 3)
 	if len(small) != 20 || len(big) != 60 {
 		t.Fatalf("pool sizes %d, %d", len(small), len(big))
 	}
@@ -212,6 +212,21 @@ func TestTrainPoolNestsAcrossShares(t *testing.T) {
 		if small[i].ID != big[i].ID {
 			t.Fatal("the 20% pool is not a prefix of the 60% pool")
 		}
+	}
+	// A training set smaller than the split: shares are of it, and it is
+	// the same set whatever the share.
+	set, _ := trainPool(src, 30, 1, 3)
+	part, _ := trainPool(src, 30, 0.4, 3)
+	if len(set) != 30 || len(part) != 12 {
+		t.Fatalf("train_tasks 30: pool sizes %d and %d, want 30 and 12", len(set), len(part))
+	}
+	for i := range part {
+		if part[i].ID != set[i].ID || set[i].ID != big[i].ID {
+			t.Fatal("a share of a training set is not a prefix of it, or the set not a prefix of the split's shuffle")
+		}
+	}
+	if _, err := trainPool(src, 30, 0.01, 3); err == nil {
+		t.Error("a share keeping no task was accepted")
 	}
 }
 

@@ -164,7 +164,7 @@ func execute(ctx context.Context, cfg Config, deps Deps, dir runDir, st *State) 
 	if r.env, err = deps.OpenEnv(cfg.Env); err != nil {
 		return nil, fmt.Errorf("opening environment %s: %w", cfg.Env.Name, err)
 	}
-	if r.pool, err = trainPool(r.env.Tasks, cfg.DataShare, cfg.Seed); err != nil {
+	if r.pool, err = trainPool(r.env.Tasks, cfg.TrainTasks, cfg.DataShare, cfg.Seed); err != nil {
 		return nil, err
 	}
 	defer r.close()
@@ -270,10 +270,11 @@ func (r *run) serve(ctx context.Context, dir string) error {
 	return nil
 }
 
-// trainPool is the share of the train split a run may use, in a fixed
-// shuffled order (the same for every algorithm at a given seed, so data
-// shares nest: 20% ⊂ 40% ⊂ …).
-func trainPool(src TaskSource, share float64, seed int64) ([]envadapters.Task, error) {
+// trainPool is the share of the training set a run may use, in a fixed
+// order: the training set is the first size tasks (0: all) of the train
+// split shuffled by seed, so pools of smaller shares are prefixes of larger
+// ones.
+func trainPool(src TaskSource, size int, share float64, seed int64) ([]envadapters.Task, error) {
 	n := src.SplitSize(envadapters.Train)
 	all, err := src.Tasks(envadapters.Train, n)
 	if err != nil {
@@ -281,6 +282,9 @@ func trainPool(src TaskSource, share float64, seed int64) ([]envadapters.Task, e
 	}
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	if size > 0 && size < n {
+		n = size
+	}
 	keep := int(share*float64(n) + 0.5)
 	if keep < 1 {
 		return nil, fmt.Errorf("data share %v of %d training tasks keeps none", share, n)

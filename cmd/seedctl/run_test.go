@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -197,6 +198,15 @@ func TestBenchQuickGridResumes(t *testing.T) {
 	md, err := os.ReadFile(filepath.Join(out, "results.md"))
 	if err != nil || !strings.Contains(string(md), "## T2 sample efficiency") {
 		t.Fatalf("results.md: %v\n%s", err, md)
+	}
+	// Shares are of the tasks a full-share run consumes, not of the whole
+	// split (where every share above that would train on the same tasks).
+	want := base.Iterations * base.TasksPerIteration
+	if c, err := orchestrator.Load(filepath.Join(out, "runs", "grpo-share050-seed1", "config.json")); err != nil || c.TrainTasks != want {
+		t.Errorf("the 50%% run's training set: %d tasks (%v), want %d", c.TrainTasks, err, want)
+	}
+	if !strings.Contains(string(md), fmt.Sprintf("training set %d training tasks", want)) {
+		t.Errorf("results.md does not name the training set:\n%s", md)
 	}
 	stamp := func() time.Time {
 		fi, err := os.Stat(filepath.Join(out, "runs", "seed-share100-seed1", "state.json"))
