@@ -154,7 +154,7 @@ type Config struct {
 	// fewer distinct tasks at a smaller share (the benchmarks set it to
 	// what a full-share run consumes).
 	TrainTasks int `json:"train_tasks,omitempty"`
-	Rollout           struct {
+	Rollout    struct {
 		Mode           string  `json:"mode"`
 		Window         int     `json:"window"`
 		GroupSize      int     `json:"group_size"`
