@@ -319,20 +319,27 @@ func Places(eps []Episode) []string {
 // the episode's hints inserted where teacher contexts put skills.
 func (e Episode) userTexts(tmpl rollout.Template, mode string, window int) []string {
 	out := make([]string, len(e.Steps))
-	var past []rollout.Step
+	past := make([]rollout.Step, 0, len(e.Steps))
 	for k, s := range e.Steps {
-		var u string
-		epi := e.EpisodeHint
-		if mode == rollout.ModeWindow {
-			u = rollout.WindowText(tmpl, e.FirstObs, past, window, s.Obs, s.Admissible)
-		} else {
-			u = tmpl.UserText(s.Obs, s.Admissible)
-			if k > 0 {
-				epi = "" // the task line is only in the first turn
-			}
-		}
-		out[k] = rollout.InsertSkills(u, tmpl.ActionRequest, epi, s.StepHint)
+		out[k] = e.userText(tmpl, mode, window, k, past)
 		past = append(past, rollout.Step{Action: s.Action, Observation: s.After})
 	}
 	return out
+}
+
+// userText is step k's user turn, given the steps before it as past (the
+// taken actions and the environment's answers).
+func (e Episode) userText(tmpl rollout.Template, mode string, window, k int, past []rollout.Step) string {
+	s := e.Steps[k]
+	epi := e.EpisodeHint
+	var u string
+	if mode == rollout.ModeWindow {
+		u = rollout.WindowText(tmpl, e.FirstObs, past, window, s.Obs, s.Admissible)
+	} else {
+		u = tmpl.UserText(s.Obs, s.Admissible)
+		if k > 0 {
+			epi = "" // the task line is only in the first turn
+		}
+	}
+	return rollout.InsertSkills(u, tmpl.ActionRequest, epi, s.StepHint)
 }

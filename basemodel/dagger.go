@@ -205,14 +205,14 @@ func playOne(ctx context.Context, r Recipe, m *trainer.Model, pc *prepared, task
 	}
 	ep := Episode{Task: task, System: pc.tmpl.System, FirstObs: obs.Observation}
 	agree, repeats := 0, 0
+	var past []rollout.Step
 	for !obs.Done && repeats < dc.StopAfterRepeats {
 		label, err := x.Act() // also lets the expert see where the policy stands
 		if err != nil {
 			return Episode{}, false, 0, err
 		}
 		ep.Steps = append(ep.Steps, DemoStep{Obs: obs.Observation, Admissible: obs.Admissible})
-		users := ep.userTexts(pc.tmpl, r.Mode, r.Window)
-		prompt, err := pc.policy.StartIDs(ep.System, users[len(users)-1])
+		prompt, err := pc.policy.StartIDs(ep.System, ep.userText(pc.tmpl, r.Mode, r.Window, len(ep.Steps)-1, past))
 		if err != nil {
 			return Episode{}, false, 0, err
 		}
@@ -238,6 +238,7 @@ func playOne(ctx context.Context, r Recipe, m *trainer.Model, pc *prepared, task
 			return Episode{}, false, 0, err
 		}
 		s.After = obs.Observation
+		past = append(past, rollout.Step{Action: action, Observation: obs.Observation})
 		if strings.HasPrefix(obs.Observation, "Nothing happens") {
 			repeats++
 		} else {
