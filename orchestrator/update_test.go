@@ -1,0 +1,130 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+)
+
+// stepRecorder is a Learner that records the rows of every Step and
+// answers with scripted stats or refusals; the rest is never called.
+type stepRecorder struct {
+	Learner
+	batches [][]string
+	refuse  map[int]bool // 0-based call index → refuse
+	calls   int
+}
+
+func (s *stepRecorder) Step(_ context.Context, rows []Row) (StepStats, error) {
+	call := s.calls
+	s.calls++
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	s.batches = append(s.batches, ids)
+	if s.refuse[call] {
+		return nil, &RefusedError{Err: errors.New("loss is NaN")}
+	}
+	return StepStats{"loss": float64(call + 1), "grad_norm": 2}, nil
+}
+
+func trainedRows(n int, untrained ...int) []Row {
+	rows := make([]Row, n)
+	for i := range rows {
+		rows[i] = Row{ID: fmt.Sprintf("r%d", i), IDs: []int{1, 2}, Train: []bool{false, !slices.Contains(untrained, i)}}
+	}
+	return rows
+}
+
+// TestUpdateSplitsRowsIntoMiniBatches: MiniBatches optimizer steps, each
+// row in exactly one of them, the same seeded split every time, batches
+// without a trained token skipped, metrics averaged over the steps made
+// and refusals counted (and fatal after MaxRefusals in a row).
+func TestUpdateSplitsRowsIntoMiniBatches(t *testing.T) {
+	cases := []struct {
+		name        string
+		rows        []Row
+		miniBatches int
+		refuse      map[int]bool
+		maxRefusals int
+		wantCalls   int
+		wantSteps   float64
+		wantLoss    float64
+		wantRefused float64
+		wantErr     string
+	}{
+		{name: "one batch", rows: trainedRows(5), miniBatches: 1, wantCalls: 1, wantSteps: 1, wantLoss: 1},
+		{name: "three batches", rows: trainedRows(7), miniBatches: 3, wantCalls: 3, wantSteps: 3, wantLoss: 2},
+		{name: "more batches than rows", rows: trainedRows(2), miniBatches: 8, wantCalls: 2, wantSteps: 2, wantLoss: 1.5},
+		{name: "untrained batch skipped", rows: trainedRows(2, 0), miniBatches: 2, wantCalls: 1, wantSteps: 1, wantLoss: 1},
+		{name: "refused step not averaged", rows: trainedRows(6), miniBatches: 3, refuse: map[int]bool{1: true}, maxRefusals: 3, wantCalls: 3, wantSteps: 2, wantLoss: 2, wantRefused: 1},
+		{name: "refusals in a row stop", rows: trainedRows(6), miniBatches: 3, refuse: map[int]bool{0: true, 1: true}, maxRefusals: 2, wantCalls: 2, wantErr: "2 refused steps in a row (last: iteration 4 mini-batch 1)"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Default()
+			cfg.Seed = 7
+			cfg.RL.MiniBatches = c.miniBatches
+			cfg.RL.MaxRefusals = 3
+			if c.maxRefusals > 0 {
+				cfg.RL.MaxRefusals = c.maxRefusals
+			}
+			rec := &stepRecorder{refuse: c.refuse}
+			r := &run{cfg: cfg, learner: rec, st: &State{}, log: zerolog.Nop()}
+			vals := iterStats{}
+			err := r.update(context.Background(), 4, c.rows, vals)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) || !IsRefusal(err) {
+					t.Fatalf("err = %v, want one containing %q that is a refusal", err, c.wantErr)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if rec.calls != c.wantCalls {
+				t.Fatalf("%d Step calls, want %d (batches %v)", rec.calls, c.wantCalls, rec.batches)
+			}
+			if c.wantErr != "" {
+				return
+			}
+			// Every trained row is in exactly one batch, and the batches
+			// are balanced to within one row.
+			seen := map[string]int{}
+			lo, hi := len(c.rows), 0
+			for _, b := range rec.batches {
+				lo, hi = min(lo, len(b)), max(hi, len(b))
+				for _, id := range b {
+					seen[id]++
+				}
+			}
+			for _, row := range c.rows {
+				if anyTrained([]Row{row}) && seen[row.ID] != 1 {
+					t.Errorf("row %s is in %d batches, want 1 (batches %v)", row.ID, seen[row.ID], rec.batches)
+				}
+			}
+			if hi-lo > 1 {
+				t.Errorf("unbalanced batches %v", rec.batches)
+			}
+			if vals["optimizer_steps"] != c.wantSteps || vals["loss"] != c.wantLoss || vals["refused_steps"] != c.wantRefused {
+				t.Errorf("steps %v loss %v refused %v, want %v %v %v", vals["optimizer_steps"], vals["loss"], vals["refused_steps"], c.wantSteps, c.wantLoss, c.wantRefused)
+			}
+			if c.wantSteps > 0 && vals["grad_norm"] != 2 {
+				t.Errorf("grad_norm averaged to %v, want 2", vals["grad_norm"])
+			}
+			// The same seed and iteration give the same split.
+			again := &stepRecorder{refuse: c.refuse}
+			r2 := &run{cfg: cfg, learner: again, st: &State{}, log: zerolog.Nop()}
+			if err := r2.update(context.Background(), 4, c.rows, iterStats{}); err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(again.batches) != fmt.Sprint(rec.batches) {
+				t.Errorf("split not reproducible: %v then %v", rec.batches, again.batches)
+			}
+		})
+	}
+}
