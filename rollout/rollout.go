@@ -422,11 +422,14 @@ const compactPlaces = 6
 // compactWindowText is WindowText for Template.CompactWindow:
 //
 //	Your task is to: put a cool plate in cabinet.
-//	Places not searched yet: cabinet 2, cabinet 3, ….
 //	Step 1: go to cabinet 1 -> You arrive at cabinet 1. The cabinet 1 is closed.
 //	Step 2: open cabinet 1
 //	Now: You open the cabinet 1. The cabinet 1 is open. In it, you see nothing.
+//	Places not searched yet: cabinet 2, cabinet 3, ….
 //	Admissible actions: …
+//
+// (the places line right after the task line without UnvisitedLast)
+//
 //	<action request>
 //
 // The first observation's own text (the room listing) is left out: every
@@ -444,13 +447,11 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 	if task != "" {
 		b.WriteString(task + "\n")
 	}
+	places := ""
 	if tmpl.ListUnvisited {
-		if left := unsearched(firstObs, past); len(left) > compactPlaces {
-			fmt.Fprintf(&b, "Places not searched yet: %s and %d more.\n", strings.Join(left[:compactPlaces], ", "), len(left)-compactPlaces)
-		} else if len(left) > 0 {
-			b.WriteString("Places not searched yet: " + strings.Join(left, ", ") + ".\n")
-		} else {
-			b.WriteString("Places not searched yet: none.\n")
+		places = unsearchedLine(firstObs, past)
+		if !tmpl.UnvisitedLast {
+			b.WriteString(places)
 		}
 	}
 	if tmpl.Notes {
@@ -474,7 +475,23 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 		}
 	}
 	b.WriteString("Now: " + oneLine(now))
+	if tmpl.UnvisitedLast && places != "" {
+		b.WriteString("\n" + strings.TrimSuffix(places, "\n"))
+	}
 	return tmpl.UserText(b.String(), admissible)
+}
+
+// unsearchedLine is the "Places not searched yet: …" line (with its
+// newline) of a compact window turn.
+func unsearchedLine(firstObs string, past []Step) string {
+	left := unsearched(firstObs, past)
+	switch {
+	case len(left) > compactPlaces:
+		return fmt.Sprintf("Places not searched yet: %s and %d more.\n", strings.Join(left[:compactPlaces], ", "), len(left)-compactPlaces)
+	case len(left) > 0:
+		return "Places not searched yet: " + strings.Join(left, ", ") + ".\n"
+	}
+	return "Places not searched yet: none.\n"
 }
 
 // oneLine joins an observation's lines with spaces.

@@ -24,6 +24,13 @@ type Template struct {
 	// observation that the episode has not gone to yet, in their listed
 	// order: a search needs them, and the window shows only recent steps.
 	ListUnvisited bool
+	// UnvisitedLast puts, in compact window turns, the places-not-searched
+	// line after "Now:" (next to the admissible actions and the request)
+	// instead of after the task line. A tiny model copies the next place
+	// from it more reliably when it is close to where the action is
+	// written; far from it, the last step's place wins and greedy decoding
+	// goes back to where it already is (recipe v10).
+	UnvisitedLast bool
 	// CompactWindow renders window-mode turns for small models: the task
 	// line and the places not visited yet stand in for the first
 	// observation's room listing (which never changes), each past step is
@@ -84,6 +91,7 @@ var Templates = map[string]Template{
 		ListAdmissible: true,
 		SkipGoTo:       true,
 		ListUnvisited:  true,
+		UnvisitedLast:  true,
 		CompactWindow:  true,
 		Extract:        ExtractTagged,
 	},

@@ -2,8 +2,10 @@ package rollout
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -45,8 +47,17 @@ func TestCompactWindowText(t *testing.T) {
 			t.Errorf("step %d: a step outside the window is shown", n)
 		}
 		withSkill := InsertSkills(got, tmpl.ActionRequest, "The apple is in fridge 1.", "Take the apple now.")
-		if !strings.Contains(withSkill, "countertop.\nSkill from experience: The apple is in fridge 1.\nPlaces not searched") {
+		next := "Now:"
+		if n > 0 {
+			next = fmt.Sprintf("Step %d:", max(1, n-2))
+		}
+		if !strings.Contains(withSkill, "countertop.\nSkill from experience: The apple is in fridge 1.\n"+next) {
 			t.Errorf("step %d: the episode skill is not right after the task line:\n%s", n, withSkill)
+		}
+		// The places line sits between the current observation and the
+		// admissible actions (Template.UnvisitedLast).
+		if !regexp.MustCompile(`\nNow: [^\n]*\nPlaces not searched yet: [^\n]*\nAdmissible actions: `).MatchString(got) {
+			t.Errorf("step %d: the places line is not between Now: and the admissible actions:\n%s", n, got)
 		}
 		b.WriteString("=== " + string(rune('0'+n)) + " steps\n" + withSkill + "\n")
 	}
