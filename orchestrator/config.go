@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -103,6 +104,18 @@ type RLConfig struct {
 	LR          float64 `json:"lr"`
 	WeightDecay float64 `json:"weight_decay"`
 	ClipNorm    float64 `json:"clip_norm"`
+	// LRSchedule is "constant" (the default) or "cosine": after the warm-up
+	// the learning rate falls to MinLRFrac·LR along a half cosine over the
+	// run's planned optimizer steps (iterations × mini_batches).
+	LRSchedule string `json:"lr_schedule,omitempty"`
+	// WarmupSteps ramps the learning rate linearly, LR·(s+1)/(WarmupSteps+1)
+	// at step s, over the first optimizer steps of stage 2. A fresh AdamW's
+	// first steps are close to sign descent (every parameter moves by
+	// about the full learning rate, whatever its gradient's size), which a
+	// warm-up tempers.
+	WarmupSteps int `json:"warmup_steps,omitempty"`
+	// MinLRFrac is where the cosine schedule ends, as a share of LR.
+	MinLRFrac float64 `json:"min_lr_frac,omitempty"`
 	// MiniBatches optimizer steps per iteration (the rows are split).
 	MiniBatches      int `json:"mini_batches"`
 	MicroBatchTokens int `json:"micro_batch_tokens"`
@@ -315,6 +328,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: train_tasks %d must be >= 0 (0: the whole train split)", c.TrainTasks)
 	case c.Rollout.GroupSize < 2:
 		return fmt.Errorf("config: rollout.group_size %d must be at least 2 (GRPO groups)", c.Rollout.GroupSize)
+	case c.RL.LRSchedule != "" && c.RL.LRSchedule != LRConstant && c.RL.LRSchedule != LRCosine:
+		return fmt.Errorf("config: rl.lr_schedule %q: want %q or %q", c.RL.LRSchedule, LRConstant, LRCosine)
+	case c.RL.WarmupSteps < 0 || c.RL.MinLRFrac < 0 || c.RL.MinLRFrac > 1:
+		return fmt.Errorf("config: rl.warmup_steps %d must be >= 0 and rl.min_lr_frac %v in [0, 1]", c.RL.WarmupSteps, c.RL.MinLRFrac)
 	case c.RL.AdvNorm != "" && c.RL.AdvNorm != AdvNormStd && c.RL.AdvNorm != AdvNormNone:
 		return fmt.Errorf("config: rl.adv_norm %q: want %q or %q", c.RL.AdvNorm, AdvNormStd, AdvNormNone)
 	case c.RL.LR <= 0 || c.RL.MiniBatches < 1 || c.RL.MaxRefusals < 1 || c.RL.AdvEps <= 0:
@@ -353,4 +370,32 @@ func (c Config) rolloutConfig(seed int64) rollout.Config {
 	}
 	r.EnvOptions = opts
 	return r
+}
+
+// Stage-2 learning-rate schedules (RLConfig.LRSchedule).
+const (
+	LRConstant = "constant"
+	LRCosine   = "cosine"
+)
+
+// StepLR is the learning rate of stage 2's optimizer step for mini-batch b
+// (0-based) of iteration k (1-based). It depends on the step's place in
+// the run's plan, not on how many steps were taken (a skipped or refused
+// step does not shift the schedule), so a resumed run continues it
+// exactly.
+func (c Config) StepLR(k, b int) float64 {
+	rl := c.RL
+	s := (k-1)*rl.MiniBatches + b
+	if s < rl.WarmupSteps {
+		return rl.LR * float64(s+1) / float64(rl.WarmupSteps+1)
+	}
+	if rl.LRSchedule != LRCosine {
+		return rl.LR
+	}
+	total := c.Iterations*rl.MiniBatches - rl.WarmupSteps
+	if total <= 1 {
+		return rl.LR
+	}
+	p := min(1, float64(s-rl.WarmupSteps)/float64(total-1))
+	return rl.LR * (rl.MinLRFrac + (1-rl.MinLRFrac)*0.5*(1+math.Cos(math.Pi*p)))
 }

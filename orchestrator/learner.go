@@ -48,9 +48,10 @@ type Learner interface {
 	Rescore(ctx context.Context, seqs [][]int) ([][]float32, error)
 	// RescoreRef is Rescore under the frozen reference policy.
 	RescoreRef(ctx context.Context, seqs [][]int) ([][]float32, error)
-	// Step is one RL optimizer step; a non-finite step returns an error
-	// for which IsRefusal is true and leaves the weights unchanged.
-	Step(ctx context.Context, rows []Row) (StepStats, error)
+	// Step is one RL optimizer step at learning rate lr; a non-finite step
+	// returns an error for which IsRefusal is true and leaves the weights
+	// unchanged.
+	Step(ctx context.Context, rows []Row, lr float64) (StepStats, error)
 	// SFT fine-tunes on examples (stage 1).
 	SFT(ctx context.Context, data []SFTExample, opt SFTOptions, progress func(step, steps int, loss float64)) error
 	// Save writes a Hugging Face checkpoint plus optimizer state into dir

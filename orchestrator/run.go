@@ -837,7 +837,8 @@ func (r *run) update(ctx context.Context, k int, rows []Row, vals iterStats) err
 		if !anyTrained(batch) {
 			continue
 		}
-		st, err := r.learner.Step(ctx, batch)
+		lr := r.cfg.StepLR(k, b)
+		st, err := r.learner.Step(ctx, batch, lr)
 		if IsRefusal(err) {
 			r.st.Refusals++
 			r.log.Warn().Int("iteration", k).Int("mini_batch", b).Int("in_a_row", r.st.Refusals).Err(err).Msg("step refused (non-finite loss or gradient)")
@@ -852,6 +853,7 @@ func (r *run) update(ctx context.Context, k int, rows []Row, vals iterStats) err
 		}
 		r.st.Refusals = 0
 		steps++
+		sum["lr"] += lr
 		for name, v := range st {
 			sum[name] += v
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -18,11 +20,13 @@ type stepRecorder struct {
 	batches [][]string
 	refuse  map[int]bool // 0-based call index → refuse
 	calls   int
+	lrs     []float64
 }
 
-func (s *stepRecorder) Step(_ context.Context, rows []Row) (StepStats, error) {
+func (s *stepRecorder) Step(_ context.Context, rows []Row, lr float64) (StepStats, error) {
 	call := s.calls
 	s.calls++
+	s.lrs = append(s.lrs, lr)
 	ids := make([]string, len(rows))
 	for i, r := range rows {
 		ids[i] = r.ID
@@ -126,5 +130,88 @@ func TestUpdateSplitsRowsIntoMiniBatches(t *testing.T) {
 				t.Errorf("split not reproducible: %v then %v", rec.batches, again.batches)
 			}
 		})
+	}
+}
+
+// TestStepLR: the stage-2 schedule by (iteration, mini-batch): linear
+// warm-up, then constant or a half cosine down to min_lr_frac at the last
+// planned step.
+func TestStepLR(t *testing.T) {
+	cfg := validConfig()
+	cfg.Iterations, cfg.RL.LR, cfg.RL.MiniBatches = 3, 1e-4, 2 // 6 planned steps
+	type kb struct{ k, b int }
+	cases := []struct {
+		name     string
+		schedule string
+		warmup   int
+		minFrac  float64
+		want     map[kb]float64
+	}{
+		{name: "constant", want: map[kb]float64{{1, 0}: 1e-4, {2, 1}: 1e-4, {3, 1}: 1e-4}},
+		{name: "warm-up then constant", schedule: LRConstant, warmup: 3, want: map[kb]float64{{1, 0}: 0.25e-4, {1, 1}: 0.5e-4, {2, 0}: 0.75e-4, {2, 1}: 1e-4, {3, 1}: 1e-4}},
+		{name: "cosine", schedule: LRCosine, minFrac: 0.1, want: map[kb]float64{{1, 0}: 1e-4, {3, 1}: 0.1e-4, {2, 0}: 1e-4 * (0.1 + 0.9*0.5*(1+math.Cos(math.Pi*2/5)))}},
+		{name: "warm-up then cosine", schedule: LRCosine, warmup: 1, want: map[kb]float64{{1, 0}: 0.5e-4, {1, 1}: 1e-4, {3, 1}: 0, {2, 1}: 0.5e-4 * (1 + math.Cos(math.Pi*2/4))}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg.RL.LRSchedule, cfg.RL.WarmupSteps, cfg.RL.MinLRFrac = c.schedule, c.warmup, c.minFrac
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			for at, want := range c.want {
+				if got := cfg.StepLR(at.k, at.b); math.Abs(got-want) > 1e-12 {
+					t.Errorf("iteration %d mini-batch %d: lr %g, want %g", at.k, at.b, got, want)
+				}
+			}
+			prev := math.Inf(1)
+			for k := 1; k <= cfg.Iterations; k++ {
+				for b := range cfg.RL.MiniBatches {
+					lr := cfg.StepLR(k, b)
+					if s := (k-1)*cfg.RL.MiniBatches + b; s > c.warmup && lr > prev+1e-15 {
+						t.Errorf("step %d: lr %g rose after the warm-up (from %g)", s, lr, prev)
+					}
+					prev = lr
+				}
+			}
+		})
+	}
+}
+
+// TestUpdatePassesTheScheduledLR: each Step gets its planned learning rate,
+// also when a mini-batch before it was skipped, and the iteration's metrics
+// carry the mean of the steps made.
+func TestUpdatePassesTheScheduledLR(t *testing.T) {
+	cfg := Default()
+	cfg.Iterations, cfg.RL.LR, cfg.RL.MiniBatches, cfg.RL.WarmupSteps = 2, 1e-4, 3, 4
+	rec := &stepRecorder{}
+	r := &run{cfg: cfg, learner: rec, st: &State{}, log: zerolog.Nop()}
+	rows := trainedRows(3)
+	rows[0].Train = []bool{false, false} // its batch is skipped
+	vals := iterStats{}
+	if err := r.update(context.Background(), 2, rows, vals); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.lrs) != 2 {
+		t.Fatalf("%d steps, want 2 (one batch has no trained token): %v", len(rec.lrs), rec.batches)
+	}
+	// Iteration 2 holds steps 3, 4 and 5 of the plan: 4/5 of lr at step 3
+	// (the warm-up's last), then lr. The skipped batch keeps its slot.
+	planned := []float64{cfg.StepLR(2, 0), cfg.StepLR(2, 1), cfg.StepLR(2, 2)}
+	if math.Abs(planned[0]-0.8e-4) > 1e-15 || planned[1] != 1e-4 || planned[2] != 1e-4 {
+		t.Fatalf("planned rates %v", planned)
+	}
+	// Batch b holds row order[b] (the update's seeded order); row 0's is skipped.
+	order := rand.New(rand.NewPCG(uint64(cfg.Seed), 2)).Perm(3)
+	var want []float64
+	for b := range 3 {
+		if order[b] != 0 {
+			want = append(want, planned[b])
+		}
+	}
+	if fmt.Sprint(rec.lrs) != fmt.Sprint(want) {
+		t.Errorf("learning rates %v, want %v (batches %v, order %v)", rec.lrs, want, rec.batches, order)
+	}
+	if mean := (rec.lrs[0] + rec.lrs[1]) / 2; math.Abs(vals["lr"]-mean) > 1e-15 {
+		t.Errorf("metrics lr %g, want the steps' mean %g", vals["lr"], mean)
 	}
 }

@@ -63,7 +63,8 @@ func (l *gotchLearner) RescoreRef(ctx context.Context, seqs [][]int) ([][]float3
 	return l.ref.Rescore(seqs, l.maxTok)
 }
 
-func (l *gotchLearner) Step(ctx context.Context, rows []orchestrator.Row) (orchestrator.StepStats, error) {
+func (l *gotchLearner) Step(ctx context.Context, rows []orchestrator.Row, lr float64) (orchestrator.StepStats, error) {
+	l.opt.SetLR(lr)
 	batch := make([]trainer.RLSequence, len(rows))
 	for i, r := range rows {
 		batch[i] = trainer.RLSequence{ID: r.ID, IDs: r.IDs, Train: r.Train, Advantage: r.Advantage, OldLogP: r.OldLogP, RefLogP: r.RefLogP, TeacherLogP: r.TeacherLogP, Distill: r.Distill}
