@@ -392,10 +392,10 @@ func (c Config) StepLR(k, b int) float64 {
 	if rl.LRSchedule != LRCosine {
 		return rl.LR
 	}
-	total := c.Iterations*rl.MiniBatches - rl.WarmupSteps
-	if total <= 1 {
+	decay := c.Iterations*rl.MiniBatches - rl.WarmupSteps // steps after the warm-up
+	if decay <= 1 {
 		return rl.LR
 	}
-	p := min(1, float64(s-rl.WarmupSteps)/float64(total-1))
+	p := min(1, float64(s-rl.WarmupSteps)/float64(decay-1))
 	return rl.LR * (rl.MinLRFrac + (1-rl.MinLRFrac)*0.5*(1+math.Cos(math.Pi*p)))
 }

@@ -427,11 +427,10 @@ const compactPlaces = 6
 //	Now: You open the cabinet 1. The cabinet 1 is open. In it, you see nothing.
 //	Places not searched yet: cabinet 2, cabinet 3, ….
 //	Admissible actions: …
-//
-// (the places line right after the task line without UnvisitedLast)
-//
 //	<action request>
 //
+// Without Template.UnvisitedLast the places line comes right after the task
+// line (recipe v9 and earlier).
 // The first observation's own text (the room listing) is left out: every
 // place it names is in the unsearched line until its contents were seen. Before the
 // first step, "Now:" is the first observation's opening sentence.
@@ -451,7 +450,7 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 	if tmpl.ListUnvisited {
 		places = unsearchedLine(firstObs, past)
 		if !tmpl.UnvisitedLast {
-			b.WriteString(places)
+			b.WriteString(places + "\n")
 		}
 	}
 	if tmpl.Notes {
@@ -476,22 +475,22 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 	}
 	b.WriteString("Now: " + oneLine(now))
 	if tmpl.UnvisitedLast && places != "" {
-		b.WriteString("\n" + strings.TrimSuffix(places, "\n"))
+		b.WriteString("\n" + places)
 	}
 	return tmpl.UserText(b.String(), admissible)
 }
 
-// unsearchedLine is the "Places not searched yet: …" line (with its
-// newline) of a compact window turn.
+// unsearchedLine is the "Places not searched yet: …" line of a compact
+// window turn (without its newline).
 func unsearchedLine(firstObs string, past []Step) string {
 	left := unsearched(firstObs, past)
 	switch {
 	case len(left) > compactPlaces:
-		return fmt.Sprintf("Places not searched yet: %s and %d more.\n", strings.Join(left[:compactPlaces], ", "), len(left)-compactPlaces)
+		return fmt.Sprintf("Places not searched yet: %s and %d more.", strings.Join(left[:compactPlaces], ", "), len(left)-compactPlaces)
 	case len(left) > 0:
-		return "Places not searched yet: " + strings.Join(left, ", ") + ".\n"
+		return "Places not searched yet: " + strings.Join(left, ", ") + "."
 	}
-	return "Places not searched yet: none.\n"
+	return "Places not searched yet: none."
 }
 
 // oneLine joins an observation's lines with spaces.

@@ -40,7 +40,7 @@ func newLearner(device string) orchestrator.LearnerFactory {
 				m.Close()
 				return nil, err
 			}
-			l.opt.SetLR(spec.RL.LR)
+			// The learning rate comes with every Step (the run's schedule).
 		}
 		if spec.RL.KLCoef > 0 {
 			if l.ref, err = trainer.LoadCheckpoint(spec.Reference, mo); err != nil {
