@@ -133,8 +133,14 @@ func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, pro
 	start := time.Now()
 	exps := spec.Experiments()
 	var outs []Outcome
+	// The base policy's evaluation is the same for every experiment of the
+	// grid (same model, tasks and greedy decoding): measured by the first,
+	// reused by the rest (orchestrator.Deps.BaseEval checks the settings).
+	var baseEval *orchestrator.BaseEval
 	for i, e := range exps {
 		o := Outcome{Experiment: e, Dir: filepath.Join(runs, e.Name())}
+		d := deps
+		d.BaseEval = baseEval
 		st, err := readState(o.Dir)
 		switch {
 		case err == nil && st.Done:
@@ -149,20 +155,25 @@ func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, pro
 			continue
 		case err == nil:
 			fmt.Fprintf(progress, "bench %d/%d: resuming %s\n", i+1, len(exps), e.Name())
-			if _, err := orchestrator.Resume(ctx, o.Dir, deps); err != nil {
+			if _, err := orchestrator.Resume(ctx, o.Dir, d); err != nil {
 				return outs, fmt.Errorf("bench %s: %w", e.Name(), err)
 			}
 		default:
 			fmt.Fprintf(progress, "bench %d/%d: %s (%s elapsed)\n", i+1, len(exps), e.Name(), time.Since(start).Round(time.Second))
 			c := spec.Base
 			c.Algo, c.DataShare, c.Seed, c.Name, c.RunsDir = e.Algo, e.DataShare, e.Seed, e.Name(), runs
-			if _, err := orchestrator.Start(ctx, c, deps); err != nil {
+			if _, err := orchestrator.Start(ctx, c, d); err != nil {
 				return outs, fmt.Errorf("bench %s: %w", e.Name(), err)
 			}
 		}
 		st, err = readState(o.Dir)
 		if err != nil {
 			return outs, err
+		}
+		if baseEval == nil {
+			if baseEval, err = orchestrator.ReadBaseEval(o.Dir); err != nil {
+				return outs, err
+			}
 		}
 		o.Done, o.Base, o.Final = st.Done, st.BaseEval, st.FinalEval
 		o.Seconds = runSeconds(o.Dir, st)

@@ -51,6 +51,10 @@ type Deps struct {
 	// ("rollout", "analysis", "rescore", "update", "checkpoint"); tests use
 	// it to interrupt runs at chosen points.
 	AfterPhase func(iteration int, phase string)
+	// BaseEval, when set and measured under this run's BaseEvalKey, is
+	// taken as the run's base evaluation instead of replaying it
+	// (benchmarks pass the first experiment's to the others).
+	BaseEval *BaseEval
 }
 
 // EvalPoint is one evaluation of a policy on eval-seen and eval-unseen.
@@ -172,15 +176,25 @@ func execute(ctx context.Context, cfg Config, deps Deps, dir runDir, st *State) 
 		return nil, err
 	}
 	if st.BaseEval == nil {
-		ep, err := r.evaluate(ctx, 0)
+		reused, err := r.reuseBaseEval()
 		if err != nil {
 			return nil, err
 		}
-		st.BaseEval = ep
-		if err := r.saveState(); err != nil {
-			return nil, err
+		from := ""
+		if reused {
+			from = ", measured in " + st.BaseEvalFrom
+		} else {
+			ep, err := r.evaluate(ctx, 0)
+			if err != nil {
+				return nil, err
+			}
+			st.BaseEval = ep
+			if err := r.saveState(); err != nil {
+				return nil, err
+			}
 		}
-		r.printf("base policy: eval-seen success %.1f%%, eval-unseen %.1f%% (%d episodes each)\n", 100*ep.Seen, 100*ep.Unseen, ep.Episodes)
+		ep := st.BaseEval
+		r.printf("base policy: eval-seen success %.1f%%, eval-unseen %.1f%% (%d episodes each%s)\n", 100*ep.Seen, 100*ep.Unseen, ep.Episodes, from)
 	}
 	if cfg.UsesSFT() && !st.Stage1Done {
 		if err := r.stage1(ctx); err != nil {

@@ -28,9 +28,12 @@ type State struct {
 	DataCursor int        `json:"data_cursor"`
 	Refusals   int        `json:"refusals_in_a_row"`
 	BaseEval   *EvalPoint `json:"base_eval,omitempty"`
-	FinalEval  *EvalPoint `json:"final_eval,omitempty"`
-	Done       bool       `json:"done"`
-	Updated    time.Time  `json:"updated"`
+	// BaseEvalFrom names the run the base evaluation was measured in when
+	// this run reused it (Deps.BaseEval); empty when measured here.
+	BaseEvalFrom string     `json:"base_eval_from,omitempty"`
+	FinalEval    *EvalPoint `json:"final_eval,omitempty"`
+	Done         bool       `json:"done"`
+	Updated      time.Time  `json:"updated"`
 	// Seconds is the wall time spent on the saved progress, summed over
 	// the processes that ran it (time between a kill and its resume does
 	// not count; unsaved work lost to a kill is counted when it is redone).

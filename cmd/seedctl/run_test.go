@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -198,6 +199,42 @@ func TestBenchQuickGridResumes(t *testing.T) {
 	md, err := os.ReadFile(filepath.Join(out, "results.md"))
 	if err != nil || !strings.Contains(string(md), "## T2 sample efficiency") {
 		t.Fatalf("results.md: %v\n%s", err, md)
+	}
+	// The base policy is evaluated once, by the first experiment; the
+	// others take its figures and its iteration-0 metrics lines.
+	first := filepath.Join(out, "runs", "grpo-share100-seed1")
+	state := func(name string) orchestrator.State {
+		var st orchestrator.State
+		b, err := os.ReadFile(filepath.Join(out, "runs", name, "state.json"))
+		if err == nil {
+			err = json.Unmarshal(b, &st)
+		}
+		if err != nil || st.BaseEval == nil {
+			t.Fatalf("%s: state %v, base eval %v", name, err, st.BaseEval)
+		}
+		return st
+	}
+	if st := state("grpo-share100-seed1"); st.BaseEvalFrom != "" {
+		t.Errorf("the first experiment reused a base eval from %s", st.BaseEvalFrom)
+	}
+	for _, name := range []string{"seed-share100-seed1", "grpo-share050-seed1", "seed-share050-seed1"} {
+		st := state(name)
+		if st.BaseEvalFrom != first || !reflect.DeepEqual(*st.BaseEval, *state("grpo-share100-seed1").BaseEval) {
+			t.Errorf("%s: base eval from %q = %+v, want the first experiment's", name, st.BaseEvalFrom, st.BaseEval)
+		}
+		lines, err := orchestrator.ReadMetrics(filepath.Join(out, "runs", name, "metrics.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		splits := map[string]bool{}
+		for _, l := range lines {
+			if l.Kind == "eval" && l.Iteration == 0 {
+				splits[l.Split] = true
+			}
+		}
+		if len(splits) != 2 {
+			t.Errorf("%s: iteration-0 eval lines for %v, want both splits", name, splits)
+		}
 	}
 	// Shares are of the tasks a full-share run consumes, not of the whole
 	// split (where every share above that would train on the same tasks).

@@ -1,0 +1,108 @@
+package orchestrator
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// BaseEval is a finished evaluation of a base policy that other runs of the
+// same base policy, environment and evaluation settings take instead of
+// replaying it. Evaluation is greedy on the first tasks of each eval split,
+// so it does not depend on the run's seed, algorithm or data share: a
+// benchmark grid measures it once, not once per experiment.
+type BaseEval struct {
+	// From is the run directory it was measured in.
+	From string
+	// Key is the BaseEvalKey of that run's config.
+	Key   string
+	Point EvalPoint
+	// Metrics are its eval lines (iteration 0), copied into the reusing
+	// run's metrics.jsonl so its curves start at the same point.
+	Metrics []MetricsLine
+}
+
+// baseEvalInputs are the config fields a base evaluation depends on.
+type baseEvalInputs struct {
+	Model     string        `json:"model"`
+	Env       EnvConfig     `json:"env"`
+	Backend   BackendConfig `json:"backend"`
+	Episodes  int           `json:"episodes"`
+	Mode      string        `json:"mode"`
+	Window    int           `json:"window"`
+	MaxTokens int           `json:"max_tokens"`
+}
+
+// BaseEvalKey identifies what the base evaluation of a run with this config
+// measures: the base model, the environment with its options and step
+// limit, the backend, the number of eval tasks and the prompt layout. Seed,
+// algorithm, data share, sampling temperature and every training setting
+// are left out (evaluation decodes greedily).
+func (c Config) BaseEvalKey() string {
+	b, _ := json.Marshal(baseEvalInputs{Model: c.Model, Env: c.Env, Backend: c.Backend, Episodes: c.Eval.Episodes,
+		Mode: c.Rollout.Mode, Window: c.Rollout.Window, MaxTokens: c.Rollout.MaxTokens})
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:8])
+}
+
+// ReadBaseEval reads the base evaluation of the run in dir, for another run
+// to reuse; nil (and no error) when the run has not finished one yet.
+func ReadBaseEval(dir string) (*BaseEval, error) {
+	d := runDir(dir)
+	st, err := readState(d)
+	if err != nil {
+		return nil, fmt.Errorf("reading the base evaluation of %s: %w", dir, err)
+	}
+	if st.BaseEval == nil {
+		return nil, nil
+	}
+	from := dir
+	if st.BaseEvalFrom != "" {
+		from = st.BaseEvalFrom // reused itself: name where it was measured
+	}
+	cfg, err := Load(d.config())
+	if err != nil {
+		return nil, fmt.Errorf("reading the base evaluation of %s: %w", dir, err)
+	}
+	lines, err := ReadMetrics(d.metrics())
+	if err != nil {
+		return nil, fmt.Errorf("reading the base evaluation of %s: %w", dir, err)
+	}
+	be := &BaseEval{From: from, Key: cfg.BaseEvalKey(), Point: *st.BaseEval}
+	for _, l := range lines {
+		if l.Kind == "eval" && l.Iteration == 0 {
+			be.Metrics = append(be.Metrics, l)
+		}
+	}
+	if len(be.Metrics) == 0 && st.BaseEval.Episodes > 0 {
+		return nil, errors.New("reading the base evaluation of " + dir + ": state has one but metrics.jsonl has no iteration-0 eval lines")
+	}
+	return be, nil
+}
+
+// reuseBaseEval takes deps.BaseEval as this run's base evaluation when it
+// was measured under the same key; it reports whether it did.
+func (r *run) reuseBaseEval() (bool, error) {
+	be := r.deps.BaseEval
+	if be == nil {
+		return false, nil
+	}
+	if key := r.cfg.BaseEvalKey(); be.Key != key {
+		r.log.Info().Str("from", be.From).Str("key", be.Key).Str("want", key).Msg("not reusing a base evaluation measured under other settings")
+		return false, nil
+	}
+	// Metrics first: a kill before the state is saved leaves lines that
+	// Resume trims (no base eval in the state), so nothing is doubled.
+	if err := appendMetrics(r.dir.metrics(), be.Metrics...); err != nil {
+		return false, err
+	}
+	p := be.Point
+	r.st.BaseEval, r.st.BaseEvalFrom = &p, be.From
+	if err := r.saveState(); err != nil {
+		return false, err
+	}
+	r.log.Info().Str("from", be.From).Float64("seen", p.Seen).Float64("unseen", p.Unseen).Msg("base evaluation reused")
+	return true, nil
+}
