@@ -203,7 +203,8 @@ func configCommand() *cli.Command {
 				Name:      "check",
 				Usage:     "parse and validate run configs; paths that do not exist on this machine are reported",
 				ArgsUsage: "FILE...",
-				Flags:     []cli.Flag{&cli.BoolFlag{Name: "strict", Usage: "missing model folders are errors"}},
+				Flags: []cli.Flag{&cli.BoolFlag{Name: "strict", Usage: "missing model folders are errors"},
+					&cli.BoolFlag{Name: "probe", Usage: "also contact the running servers the config names (backend, external analyzer, env servers, retriever)"}},
 				Action: func(c *cli.Context) error {
 					if c.NArg() == 0 {
 						return cli.Exit("config check: give at least one FILE", 2)
@@ -234,9 +235,12 @@ func configCommand() *cli.Command {
 							status = "ok (" + strings.Join(notes, "; ") + ")"
 						}
 						fmt.Fprintf(c.App.Writer, "%s: %s: algo %s, env %s/%s, backend %s, %d iterations × %d tasks × %d\n", f, status, cfg.Algo, cfg.Env.Kind, cfg.Env.Name, cfg.Backend.Kind, cfg.Iterations, cfg.TasksPerIteration, cfg.Rollout.GroupSize)
+						if c.Bool("probe") {
+							bad += probeConfig(c.Context, c.App.Writer, f, cfg, logger(c))
+						}
 					}
 					if bad > 0 {
-						return cli.Exit(fmt.Sprintf("config check: %d of %d configs failed", bad, c.NArg()), 1)
+						return cli.Exit(fmt.Sprintf("config check: %d failures in %d configs", bad, c.NArg()), 1)
 					}
 					return nil
 				},

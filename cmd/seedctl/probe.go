@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/inference"
+	"github.com/seedctl/seedctl/orchestrator"
+)
+
+// probeIDs is the prompt the backend probe generates from and scores: ids
+// every tokenizer has.
+var probeIDs = []int{1, 2, 3, 4}
+
+// probeConfig contacts the servers a config names — the inference backend
+// when it is already running, the external analyzer when the run uses it,
+// AgentGym env servers and a Search-R1 retriever — and reports one line per
+// check; it returns how many checks failed (warnings do not count).
+func probeConfig(ctx context.Context, w io.Writer, file string, cfg orchestrator.Config, log zerolog.Logger) int {
+	failed := 0
+	report := func(target string, c inference.ProbeCheck) {
+		state, text := "ok", c.Detail
+		switch {
+		case c.Err != nil && c.Warn:
+			state, text = "WARN", c.Err.Error()
+		case c.Err != nil:
+			state, text = "FAIL", c.Err.Error()
+			failed++
+		}
+		fmt.Fprintf(w, "%s: probe %s %s: %s: %s\n", file, target, c.Name, state, text)
+	}
+	b := cfg.Backend
+	switch {
+	case b.Kind == "embedded":
+		fmt.Fprintf(w, "%s: probe backend: embedded, started by the run (nothing to probe)\n", file)
+	case len(b.Launch) > 0:
+		fmt.Fprintf(w, "%s: probe backend: %s started by the run from backend.launch (not probed)\n", file, b.Kind)
+	default:
+		ic := inference.DefaultConfig(b.Kind)
+		ic.BaseURL, ic.Model, ic.APIKeyEnv = b.BaseURL, b.Model, b.APIKeyEnv
+		ic.RetryFor, ic.RequestTimeout = 5*time.Second, 30*time.Second
+		be, err := inference.NewRemote(ic, log)
+		if err != nil {
+			report("backend", inference.ProbeCheck{Name: "config", Err: err})
+			break
+		}
+		for _, c := range inference.Probe(ctx, be, probeIDs) {
+			report("backend", c)
+		}
+		be.Close()
+	}
+	if a := cfg.Stage1.Analyzer; a.Kind == "external" && (cfg.UsesSFT() || cfg.Algo == orchestrator.AlgoStaticSkill) {
+		cc := inference.DefaultChatConfig(a.BaseURL, a.Model)
+		cc.APIKeyEnv, cc.RetryFor, cc.Timeout = a.APIKeyEnv, 5*time.Second, 30*time.Second
+		client, err := inference.NewChatClient(cc, log)
+		if err != nil {
+			report("analyzer", inference.ProbeCheck{Name: "config", Err: err})
+		} else {
+			report("analyzer", inference.ProbeChat(ctx, client))
+		}
+	}
+	if cfg.Env.Kind == "agentgym" {
+		report("env", reachable(ctx, cfg.Env.URL))
+	}
+	if u := cfg.Env.Options["retriever_url"]; u != "" {
+		report("retriever", reachable(ctx, u))
+	}
+	return failed
+}
+
+// reachable checks that an HTTP server answers at url (any status: env
+// servers and retrievers have no common health route).
+func reachable(ctx context.Context, url string) inference.ProbeCheck {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return inference.ProbeCheck{Name: "reachable", Err: fmt.Errorf("url %q: %w", url, err)}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return inference.ProbeCheck{Name: "reachable", Err: fmt.Errorf("GET %s: %w", url, err)}
+	}
+	resp.Body.Close()
+	return inference.ProbeCheck{Name: "reachable", Detail: fmt.Sprintf("GET %s answered %s", url, resp.Status)}
+}
