@@ -76,6 +76,7 @@ func newApp() *cli.App {
 			runCommand(),
 			configCommand(),
 			benchCommand(),
+			reportCommand(),
 		},
 	}
 }
