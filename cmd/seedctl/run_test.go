@@ -127,6 +127,16 @@ func TestRunEndToEndTinyModel(t *testing.T) {
 	if !st.Done || st.Iteration != 3 || !st.Stage1Done || st.BaseEval == nil || st.FinalEval == nil {
 		t.Errorf("state %+v", st)
 	}
+	// seedctl report compares finished runs (here the run with itself).
+	cmp := filepath.Join(t.TempDir(), "cmp")
+	out, err := runApp(t, "report", "--out", cmp, dir, dir)
+	if err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	md, err := os.ReadFile(filepath.Join(cmp, "compare.md"))
+	if err != nil || strings.Count(string(md), "| "+filepath.Base(dir)+" | seed | 3 |") != 2 {
+		t.Errorf("compare.md (%v):\n%s", err, md)
+	}
 }
 
 func itoa(k int) string { b, _ := json.Marshal(k); return string(b) }
