@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"unicode/utf8"
 
 	"golang.org/x/image/font"
 	"golang.org/x/image/font/basicfont"
@@ -115,6 +116,13 @@ func (c Chart) Render(w, h int) (*image.RGBA, error) {
 	text(img, left, 16, c.Title, black)
 	text(img, (left+right)/2-len(c.XLabel)*3, h-8, c.XLabel, black)
 	text(img, 4, top-12, c.YLabel, black)
+	// The legend sits in the top right corner, as wide as its longest name
+	// (7 px a character in the 7×13 face), never left of the plot area.
+	legendX := right - 150
+	for _, s := range c.Series {
+		legendX = min(legendX, right-18-7*utf8.RuneCountInString(s.Name))
+	}
+	legendX = max(legendX, left+4)
 	for si, s := range c.Series {
 		col := palette[si%len(palette)]
 		if s.Lo != nil {
@@ -141,8 +149,8 @@ func (c Chart) Render(w, h int) (*image.RGBA, error) {
 		}
 		// Legend.
 		ly := top + 6 + 14*si
-		fill(img, image.Rect(right-150, ly-6, right-138, ly+2), col)
-		text(img, right-132, ly+2, s.Name, black)
+		fill(img, image.Rect(legendX, ly-6, legendX+12, ly+2), col)
+		text(img, legendX+18, ly+2, s.Name, black)
 	}
 	return img, nil
 }
