@@ -280,6 +280,10 @@ func Load(path string) (Config, error) {
 // needs no skill-writing policy.
 func (c Config) UsesSFT() bool { return c.Algo == AlgoSEED || c.Algo == AlgoRandomSkill }
 
+// UsesStage1Analyzer says whether the run calls the stage-1 analyzer: to
+// label stage 1's SFT data, or as static-skill's frozen skill writer.
+func (c Config) UsesStage1Analyzer() bool { return c.UsesSFT() || c.Algo == AlgoStaticSkill }
+
 // Distills says whether stage 2 has a distillation term.
 func (c Config) Distills() bool { return c.Algo != AlgoGRPO }
 
@@ -316,7 +320,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: stage1.analyzer.kind %q: want oracle or external", c.Stage1.Analyzer.Kind)
 	case c.Stage1.Analyzer.Kind == "external" && (c.Stage1.Analyzer.BaseURL == "" || c.Stage1.Analyzer.Model == ""):
 		return errors.New("config: an external analyzer needs stage1.analyzer.base_url and .model")
-	case c.Stage1.Analyzer.Kind == "oracle" && c.Env.Kind != "builtin" && (c.UsesSFT() || c.Algo == AlgoStaticSkill):
+	case c.Stage1.Analyzer.Kind == "oracle" && c.Env.Kind != "builtin" && c.UsesStage1Analyzer():
 		return errors.New("config: the oracle analyzer only knows the built-in environments; use an external analyzer")
 	case c.UsesSFT() && (c.Stage1.Epochs <= 0 || c.Stage1.LR <= 0 || c.Stage1.MaxLen < 2 || c.Stage1.BatchTokens < c.Stage1.MaxLen):
 		return errors.New("config: stage1 needs epochs > 0, lr > 0 and 2 <= max_len <= batch_tokens")

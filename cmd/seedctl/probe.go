@@ -41,9 +41,8 @@ func probeConfig(ctx context.Context, w io.Writer, file string, cfg orchestrator
 	case len(b.Launch) > 0:
 		fmt.Fprintf(w, "%s: probe backend: %s started by the run from backend.launch (not probed)\n", file, b.Kind)
 	default:
-		ic := inference.DefaultConfig(b.Kind)
-		ic.BaseURL, ic.Model, ic.APIKeyEnv = b.BaseURL, b.Model, b.APIKeyEnv
-		ic.RetryFor, ic.RequestTimeout = 5*time.Second, 30*time.Second
+		ic := backendConfig(b, 5*time.Second)
+		ic.RequestTimeout = 30 * time.Second
 		be, err := inference.NewRemote(ic, log)
 		if err != nil {
 			report("backend", inference.ProbeCheck{Name: "config", Err: err})
@@ -54,7 +53,7 @@ func probeConfig(ctx context.Context, w io.Writer, file string, cfg orchestrator
 		}
 		be.Close()
 	}
-	if a := cfg.Stage1.Analyzer; a.Kind == "external" && (cfg.UsesSFT() || cfg.Algo == orchestrator.AlgoStaticSkill) {
+	if a := cfg.Stage1.Analyzer; a.Kind == "external" && cfg.UsesStage1Analyzer() {
 		cc := inference.DefaultChatConfig(a.BaseURL, a.Model)
 		cc.APIKeyEnv, cc.RetryFor, cc.Timeout = a.APIKeyEnv, 5*time.Second, 30*time.Second
 		client, err := inference.NewChatClient(cc, log)

@@ -19,20 +19,27 @@ import (
 )
 
 // openBackendFor makes the orchestrator's backend opener for a config.
+// backendConfig is the inference client's config for a run's backend
+// section (retryFor 0: the client's default).
+func backendConfig(cfg orchestrator.BackendConfig, retryFor time.Duration) inference.Config {
+	ic := inference.DefaultConfig(cfg.Kind)
+	ic.BaseURL, ic.Model, ic.APIKeyEnv = cfg.BaseURL, cfg.Model, cfg.APIKeyEnv
+	if cfg.MaxInFlight > 0 {
+		ic.MaxInFlight = cfg.MaxInFlight
+	}
+	if retryFor > 0 {
+		ic.RetryFor = retryFor
+	}
+	if cfg.VLLMPublish != "" {
+		ic.VLLMPublish = cfg.VLLMPublish
+	}
+	ic.Colocated = cfg.Colocated
+	return ic
+}
+
 func openBackendFor(cfg orchestrator.BackendConfig, retryFor time.Duration, log zerolog.Logger) func(ctx context.Context, dir string) (inference.Backend, error) {
 	return func(ctx context.Context, dir string) (inference.Backend, error) {
-		ic := inference.DefaultConfig(cfg.Kind)
-		ic.BaseURL, ic.Model, ic.APIKeyEnv = cfg.BaseURL, cfg.Model, cfg.APIKeyEnv
-		if cfg.MaxInFlight > 0 {
-			ic.MaxInFlight = cfg.MaxInFlight
-		}
-		if retryFor > 0 {
-			ic.RetryFor = retryFor
-		}
-		if cfg.VLLMPublish != "" {
-			ic.VLLMPublish = cfg.VLLMPublish
-		}
-		ic.Colocated = cfg.Colocated
+		ic := backendConfig(cfg, retryFor)
 		switch {
 		case cfg.Kind == "embedded":
 			scfg := server.DefaultConfig(dir)
