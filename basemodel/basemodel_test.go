@@ -311,8 +311,9 @@ func TestPlayedEpisodesAreLabelledByTheExpert(t *testing.T) {
 			t.Errorf("played %s: not a training task past the corpus and the held-out demonstrations", ep.Task.ID)
 		}
 		env, _ := pc.b.New(envadapters.Options{"max_steps": "12"})
-		env.Reset(context.Background(), ep.Task)
-		x, _ := household.NewListingSearchExpert(env, 1, 0)
+		first, _ := env.Reset(context.Background(), ep.Task)
+		// The labels follow the order the prompts' places line shows.
+		x, _ := household.NewOrderedSearchExpert(env, 1, 0, rollout.PlaceOrder(pc.tmpl, first.Observation))
 		for k, s := range ep.Steps {
 			want, err := x.Act()
 			if err != nil {

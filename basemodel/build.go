@@ -25,7 +25,7 @@ import (
 
 // RecipeVersion changes whenever the way base models are built changes, so
 // cached models from older recipes are rebuilt.
-const RecipeVersion = 10
+const RecipeVersion = 11
 
 // Recipe is everything that determines a base model.
 type Recipe struct {

@@ -99,11 +99,17 @@ func (c CorpusConfig) Validate() error {
 // expert (observation-only, noisy) for plain episodes, the direct expert for
 // hinted ones (the hint names where things are, so going there is what the
 // hint means).
-func expertFor(b envadapters.Builtin, env envadapters.Env, hinted bool, seed uint64, noise float64) (envadapters.Expert, error) {
+func expertFor(b envadapters.Builtin, env envadapters.Env, tmpl rollout.Template, firstObs string, hinted bool, seed uint64, noise float64) (envadapters.Expert, error) {
 	if b.Name() == household.Name && !hinted {
-		return household.NewListingSearchExpert(env, seed, noise)
+		return searchExpert(env, tmpl, firstObs, seed, noise)
 	}
 	return b.Expert(env)
+}
+
+// searchExpert is the household searching expert that looks in the places
+// in the order tmpl's places-not-searched line shows them.
+func searchExpert(env envadapters.Env, tmpl rollout.Template, firstObs string, seed uint64, noise float64) (*household.SearchExpert, error) {
+	return household.NewOrderedSearchExpert(env, seed, noise, rollout.PlaceOrder(tmpl, firstObs))
 }
 
 // stepHint is advice consistent with the action about to be taken.
@@ -249,7 +255,7 @@ func playDemo(ctx context.Context, b envadapters.Builtin, task envadapters.Task,
 	if err != nil {
 		return Episode{}, nil, err
 	}
-	x, err := expertFor(b, env, hinted, seed, noise)
+	x, err := expertFor(b, env, tmpl, st.Observation, hinted, seed, noise)
 	if err != nil {
 		return Episode{}, nil, err
 	}

@@ -47,13 +47,13 @@ func TestCompactWindowNotes(t *testing.T) {
 	if got := WindowText(tmpl, firstObs, past, 3, past[0].Observation, nil); strings.Contains(got, "Holding:") {
 		t.Errorf("notes without Template.Notes:\n%s", got)
 	}
-	tmpl.Notes = true
+	tmpl.Notes, tmpl.TaskLast = true, false
 	got := WindowText(tmpl, firstObs, past, 3, past[0].Observation, nil)
 	if !strings.Contains(got, "countertop.\nHolding: nothing.\nSeen: apple 1 in fridge 1.\nStep 1:") {
 		t.Errorf("notes missing or misplaced:\n%s", got)
 	}
 	// The recipe-v9 layout: the places line after the task line, then the notes.
-	tmpl.UnvisitedLast = false
+	tmpl.UnvisitedLast, tmpl.ShufflePlaces, tmpl.NextPlace = false, false, false
 	got = WindowText(tmpl, firstObs, past, 3, past[0].Observation, nil)
 	if !strings.Contains(got, "countertop.\nPlaces not searched yet: cabinet 1, cabinet 2, cabinet 3, cabinet 4, countertop 1, microwave 1.\nHolding: nothing.\nSeen: apple 1 in fridge 1.\nStep 1:") {
 		t.Errorf("v9 layout: places line or notes misplaced:\n%s", got)

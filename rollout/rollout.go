@@ -391,11 +391,34 @@ func Summarize(trajs []*Trajectory, elapsed time.Duration) Metrics {
 	return m
 }
 
+// PlaceOrder is the order in which tmpl's places-not-searched line names
+// the places firstObs lists: their listed order, or with
+// Template.ShufflePlaces a fixed pseudo-random permutation of it keyed by
+// the first observation (the same at every step of the episode, different
+// between rooms). Searching experts that demonstrate for this template
+// follow the same order.
+func PlaceOrder(tmpl Template, firstObs string) []string {
+	places := PlacesIn(firstObs)
+	if !tmpl.ShufflePlaces {
+		return places
+	}
+	key := make(map[string]uint64, len(places))
+	for _, p := range places {
+		h := fnv.New64a()
+		h.Write([]byte(firstObs))
+		h.Write([]byte{0})
+		h.Write([]byte(p))
+		key[p] = h.Sum64()
+	}
+	sort.SliceStable(places, func(i, j int) bool { return key[places[i]] < key[places[j]] })
+	return places
+}
+
 // unsearched lists the places firstObs names whose contents no past step
-// has shown, in their listed order: a place counts as searched once the
+// has shown, in tmpl's place order: a place counts as searched once the
 // agent arrived there and it was not closed, or opened it. (Arriving at a
 // closed cabinet and leaving shows nothing; a searcher must come back.)
-func unsearched(firstObs string, past []Step) []string {
+func unsearched(tmpl Template, firstObs string, past []Step) []string {
 	done := map[string]bool{}
 	for _, s := range past {
 		if p, ok := strings.CutPrefix(s.Action, "go to "); ok && strings.HasPrefix(s.Observation, "You arrive at") && !strings.Contains(s.Observation, " is closed") {
@@ -406,7 +429,7 @@ func unsearched(firstObs string, past []Step) []string {
 		}
 	}
 	var left []string
-	for _, p := range PlacesIn(firstObs) {
+	for _, p := range PlaceOrder(tmpl, firstObs) {
 		if !done[p] {
 			left = append(left, p)
 		}
@@ -415,7 +438,7 @@ func unsearched(firstObs string, past []Step) []string {
 }
 
 // compactPlaces is how many unsearched places a compact turn names (the
-// next ones in listing order; a search needs only the next, and the full
+// next ones in the template's place order; a search needs only the next, and the full
 // list was a third of every turn).
 const compactPlaces = 6
 
@@ -443,13 +466,13 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 			task = task[:j]
 		}
 	}
-	if task != "" {
+	if task != "" && !tmpl.TaskLast {
 		b.WriteString(task + "\n")
 	}
 	places := ""
 	if tmpl.ListUnvisited {
-		places = unsearchedLine(firstObs, past)
-		if !tmpl.UnvisitedLast {
+		places = unsearchedLine(tmpl, firstObs, past)
+		if !tmpl.UnvisitedLast && !tmpl.NextPlace {
 			b.WriteString(places + "\n")
 		}
 	}
@@ -464,6 +487,9 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 		}
 		b.WriteString("\n")
 	}
+	if task != "" && tmpl.TaskLast {
+		b.WriteString(task + "\n")
+	}
 	now := strings.TrimSpace(obs)
 	if n == 0 {
 		// "You are in the middle of a room. Looking quickly around you, …"
@@ -474,6 +500,9 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 		}
 	}
 	b.WriteString("Now: " + oneLine(now))
+	if tmpl.NextPlace {
+		return tmpl.userText(b.String(), admissible, places)
+	}
 	if tmpl.UnvisitedLast && places != "" {
 		b.WriteString("\n" + places)
 	}
@@ -482,8 +511,11 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 
 // unsearchedLine is the "Places not searched yet: …" line of a compact
 // window turn (without its newline).
-func unsearchedLine(firstObs string, past []Step) string {
-	left := unsearched(firstObs, past)
+func unsearchedLine(tmpl Template, firstObs string, past []Step) string {
+	left := unsearched(tmpl, firstObs, past)
+	if tmpl.NextPlace && len(left) > 1 {
+		return fmt.Sprintf("Places not searched yet: %s and %d more.", left[0], len(left)-1)
+	}
 	switch {
 	case len(left) > compactPlaces:
 		return fmt.Sprintf("Places not searched yet: %s and %d more.", strings.Join(left[:compactPlaces], ", "), len(left)-compactPlaces)

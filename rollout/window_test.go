@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -34,8 +35,10 @@ func TestCompactWindowText(t *testing.T) {
 			adm = []string{"close fridge 1", "inventory", "look", "take apple 1 from fridge 1"}
 		}
 		got := WindowText(tmpl, firstObs, past[:n], 3, obs, adm)
-		if !strings.HasPrefix(got, "Your task is to: put a cool apple in countertop.\n") {
-			t.Errorf("step %d: the turn does not open with the task line:\n%s", n, got)
+		// The task line comes after the past steps, right before "Now:"
+		// (Template.TaskLast).
+		if !regexp.MustCompile(`^(Step [0-9]+: [^\n]*\n)*Your task is to: put a cool apple in countertop\.\nNow: `).MatchString(got) {
+			t.Errorf("step %d: the past steps, then the task line, then Now: is not the layout:\n%s", n, got)
 		}
 		if strings.Contains(got, "Looking quickly around you") {
 			t.Errorf("step %d: the room listing is repeated:\n%s", n, got)
@@ -47,17 +50,13 @@ func TestCompactWindowText(t *testing.T) {
 			t.Errorf("step %d: a step outside the window is shown", n)
 		}
 		withSkill := InsertSkills(got, tmpl.ActionRequest, "The apple is in fridge 1.", "Take the apple now.")
-		next := "Now:"
-		if n > 0 {
-			next = fmt.Sprintf("Step %d:", max(1, n-2))
-		}
-		if !strings.Contains(withSkill, "countertop.\nSkill from experience: The apple is in fridge 1.\n"+next) {
+		if !strings.Contains(withSkill, "countertop.\nSkill from experience: The apple is in fridge 1.\nNow:") {
 			t.Errorf("step %d: the episode skill is not right after the task line:\n%s", n, withSkill)
 		}
-		// The places line sits between the current observation and the
-		// admissible actions (Template.UnvisitedLast).
-		if !regexp.MustCompile(`\nNow: [^\n]*\nPlaces not searched yet: [^\n]*\nAdmissible actions: `).MatchString(got) {
-			t.Errorf("step %d: the places line is not between Now: and the admissible actions:\n%s", n, got)
+		// The places line names the next place and how many more, right
+		// before the action request (Template.NextPlace).
+		if !regexp.MustCompile(`\nNow: [^\n]*\nAdmissible actions: [^\n]*\nPlaces not searched yet: [a-z]+ [0-9]+ and [0-9]+ more\.\n` + regexp.QuoteMeta(tmpl.ActionRequest) + `$`).MatchString(got) {
+			t.Errorf("step %d: the places line is not the next place right before the action request:\n%s", n, got)
 		}
 		b.WriteString("=== " + string(rune('0'+n)) + " steps\n" + withSkill + "\n")
 	}
@@ -97,5 +96,55 @@ func TestWindowTextShowsTheCurrentObservationOnce(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("turn lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+// TestPlaceOrder: with Template.ShufflePlaces the places line follows a
+// permutation of the listing that is fixed for a room and differs between
+// rooms; without it, the listing order.
+func TestPlaceOrder(t *testing.T) {
+	listed := PlacesIn(firstObs)
+	if got := PlaceOrder(Template{}, firstObs); !slices.Equal(got, listed) {
+		t.Fatalf("unshuffled order %v, want the listing %v", got, listed)
+	}
+	tmpl := TemplateFor("household")
+	if !tmpl.ShufflePlaces {
+		t.Fatal("the household template no longer shuffles its places line; update this test and the base-model recipe together")
+	}
+	got := PlaceOrder(tmpl, firstObs)
+	if !slices.Equal(PlaceOrder(tmpl, firstObs), got) {
+		t.Fatal("the order changes between calls")
+	}
+	sorted := slices.Clone(got)
+	slices.Sort(sorted)
+	want := slices.Clone(listed)
+	slices.Sort(want)
+	if !slices.Equal(sorted, want) {
+		t.Fatalf("order %v is not a permutation of %v", got, listed)
+	}
+	// Rooms (here: the same room under other tasks) get different orders,
+	// and the order is rarely the listing's.
+	distinct, asListed := map[string]bool{}, 0
+	for _, task := range []string{"put a cool apple in countertop.", "heat some egg and put it in fridge.", "find two mug and put them in cabinet.", "look at apple under the desklamp.", "put a clean cup in microwave.", "put some plate on countertop."} {
+		obs := strings.Replace(firstObs, "put a cool apple in countertop.", task, 1)
+		o := PlaceOrder(tmpl, obs)
+		distinct[strings.Join(o, ",")] = true
+		if slices.Equal(o, listed) {
+			asListed++
+		}
+	}
+	if len(distinct) < 4 || asListed > 1 {
+		t.Errorf("%d distinct orders over 6 rooms, %d in listing order", len(distinct), asListed)
+	}
+	// The places line follows the order, and a searched place leaves it.
+	past := []Step{{Action: "go to " + got[0], Observation: "You arrive at " + got[0] + ". On the " + got[0] + ", you see nothing."}}
+	line := unsearchedLine(tmpl, firstObs, past)
+	if want := fmt.Sprintf("Places not searched yet: %s and %d more.", got[1], len(got)-2); line != want {
+		t.Errorf("places line %q, want %q", line, want)
+	}
+	tmpl.NextPlace = false
+	line = unsearchedLine(tmpl, firstObs, past)
+	if want := "Places not searched yet: " + strings.Join(got[1:], ", ") + "."; line != want {
+		t.Errorf("six-place line %q, want %q", line, want)
 	}
 }

@@ -373,3 +373,59 @@ func TestMistakeDoesNothing(t *testing.T) {
 		t.Fatal("no mistakes generated")
 	}
 }
+
+// TestOrderedSearchExpert: the expert searches in the order it is given
+// (here the listing reversed), still solving most tasks.
+func TestOrderedSearchExpert(t *testing.T) {
+	ctx := context.Background()
+	tasks, _ := builtin{}.Tasks(envadapters.Train, 100)
+	e := newEnv(t)
+	wins := 0
+	for i, task := range tasks {
+		st, err := e.Reset(ctx, task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var order []string
+		for k := len(e.w.receps) - 1; k >= 0; k-- {
+			order = append(order, e.w.receps[k].name)
+		}
+		x, err := NewOrderedSearchExpert(e, uint64(i), 0, order)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var visits []string
+		for !st.Done {
+			a, err := x.Act()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p, ok := strings.CutPrefix(a, "go to "); ok && e.held == nil {
+				visits = append(visits, p)
+			}
+			st, _ = e.Step(ctx, a)
+		}
+		if st.Won {
+			wins++
+		}
+		// Empty-handed, the places it goes to for the first time follow the order.
+		at, been := -1, map[string]bool{}
+		for _, v := range visits {
+			if been[v] {
+				continue
+			}
+			been[v] = true
+			k := slices.Index(order, v)
+			if k < at {
+				t.Fatalf("task %s: first went to %s (rank %d) after rank %d; visits %v", task.ID, v, k, at, visits)
+			}
+			at = k
+		}
+		if i == 0 && (len(visits) == 0 || visits[0] != order[0]) {
+			t.Fatalf("task %s: first visit %v, want %s", task.ID, visits, order[0])
+		}
+	}
+	if wins < 60 {
+		t.Errorf("ordered search expert won %d of 100 training tasks, want most", wins)
+	}
+}

@@ -48,6 +48,30 @@ func NewListingSearchExpert(e envadapters.Env, seed uint64, noise float64) (*Sea
 	return newSearchExpert(e, seed, noise, false)
 }
 
+// NewOrderedSearchExpert searches the receptacles in the given order of
+// names (the order a prompt's places-not-searched line shows them in);
+// receptacles the order does not name come last, in listing order.
+func NewOrderedSearchExpert(e envadapters.Env, seed uint64, noise float64, order []string) (*SearchExpert, error) {
+	x, err := newSearchExpert(e, seed, noise, false)
+	if err != nil {
+		return nil, err
+	}
+	rank := make(map[string]int, len(order))
+	for i, name := range order {
+		if _, dup := rank[name]; !dup {
+			rank[name] = i
+		}
+	}
+	pos := func(rc *recep) int {
+		if i, ok := rank[rc.name]; ok {
+			return i
+		}
+		return len(order)
+	}
+	sort.SliceStable(x.order, func(i, j int) bool { return pos(x.order[i]) < pos(x.order[j]) })
+	return x, nil
+}
+
 func newSearchExpert(e envadapters.Env, seed uint64, noise float64, byPriority bool) (*SearchExpert, error) {
 	h, ok := e.(*Env)
 	if !ok || h.w == nil {
