@@ -47,7 +47,7 @@ func TestCompactWindowNotes(t *testing.T) {
 	if got := WindowText(tmpl, firstObs, past, 3, past[0].Observation, nil); strings.Contains(got, "Holding:") {
 		t.Errorf("notes without Template.Notes:\n%s", got)
 	}
-	tmpl.Notes, tmpl.TaskLast = true, false
+	tmpl.Notes = true
 	got := WindowText(tmpl, firstObs, past, 3, past[0].Observation, nil)
 	if !strings.Contains(got, "countertop.\nHolding: nothing.\nSeen: apple 1 in fridge 1.\nStep 1:") {
 		t.Errorf("notes missing or misplaced:\n%s", got)

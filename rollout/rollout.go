@@ -466,7 +466,7 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 			task = task[:j]
 		}
 	}
-	if task != "" && !tmpl.TaskLast {
+	if task != "" {
 		b.WriteString(task + "\n")
 	}
 	places := ""
@@ -486,9 +486,6 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 			b.WriteString(" -> " + oneLine(past[k].Observation))
 		}
 		b.WriteString("\n")
-	}
-	if task != "" && tmpl.TaskLast {
-		b.WriteString(task + "\n")
 	}
 	now := strings.TrimSpace(obs)
 	if n == 0 {

@@ -47,12 +47,6 @@ type Template struct {
 	// did not (recipe v11: 20% of held-out "go to" steps right with the
 	// six-place line in shuffled order).
 	NextPlace bool
-	// TaskLast puts, in compact window turns, the task line (and so the
-	// episode skill inserted after it) after the past steps, right before
-	// "Now:", instead of first: the words a decision must match — the
-	// object to take, the receptacle to deliver to — are then near where
-	// the action is written (recipe v11).
-	TaskLast bool
 	// CompactWindow renders window-mode turns for small models: the task
 	// line and the places not visited yet stand in for the first
 	// observation's room listing (which never changes), each past step is
@@ -116,7 +110,6 @@ var Templates = map[string]Template{
 		UnvisitedLast:  true,
 		ShufflePlaces:  true,
 		NextPlace:      true,
-		TaskLast:       true,
 		CompactWindow:  true,
 		Extract:        ExtractTagged,
 	},

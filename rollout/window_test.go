@@ -35,10 +35,8 @@ func TestCompactWindowText(t *testing.T) {
 			adm = []string{"close fridge 1", "inventory", "look", "take apple 1 from fridge 1"}
 		}
 		got := WindowText(tmpl, firstObs, past[:n], 3, obs, adm)
-		// The task line comes after the past steps, right before "Now:"
-		// (Template.TaskLast).
-		if !regexp.MustCompile(`^(Step [0-9]+: [^\n]*\n)*Your task is to: put a cool apple in countertop\.\nNow: `).MatchString(got) {
-			t.Errorf("step %d: the past steps, then the task line, then Now: is not the layout:\n%s", n, got)
+		if !strings.HasPrefix(got, "Your task is to: put a cool apple in countertop.\n") {
+			t.Errorf("step %d: the turn does not open with the task line:\n%s", n, got)
 		}
 		if strings.Contains(got, "Looking quickly around you") {
 			t.Errorf("step %d: the room listing is repeated:\n%s", n, got)
@@ -50,7 +48,11 @@ func TestCompactWindowText(t *testing.T) {
 			t.Errorf("step %d: a step outside the window is shown", n)
 		}
 		withSkill := InsertSkills(got, tmpl.ActionRequest, "The apple is in fridge 1.", "Take the apple now.")
-		if !strings.Contains(withSkill, "countertop.\nSkill from experience: The apple is in fridge 1.\nNow:") {
+		next := "Now:"
+		if n > 0 {
+			next = fmt.Sprintf("Step %d:", max(1, n-2))
+		}
+		if !strings.Contains(withSkill, "countertop.\nSkill from experience: The apple is in fridge 1.\n"+next) {
 			t.Errorf("step %d: the episode skill is not right after the task line:\n%s", n, withSkill)
 		}
 		// The places line names the next place and how many more, right
