@@ -178,6 +178,7 @@ func TestBuildIsReproducible(t *testing.T) {
 	r, _ := DefaultRecipe(household.Name, "tiny")
 	r.Corpus.Episodes, r.SFT.Epochs, r.VocabSize, r.Hidden, r.Layers, r.Inter, r.HeldOutEpisodes = 12, 1, 500, 32, 2, 64, -1
 	r.SFT.BatchTokens, r.SFT.MaxLen = 2048, 2048
+	r.DAgger = DefaultDAgger()
 	r.DAgger.Rounds, r.DAgger.Episodes, r.DAgger.MaxSteps = 1, 2, 6
 	var hashes []string
 	for i := 0; i < 2; i++ {

@@ -38,7 +38,12 @@ func tinyRunConfig(t *testing.T, algo string) orchestrator.Config {
 	cfg.RL.LR = 1e-3
 	// A random model never wins and its skills do not parse, so every
 	// group is flat; keep those rows so each iteration exercises the update.
+	// Their gradient is zero (no advantage, no distilled token, and the KL
+	// to the reference is flat at the reference), so whether the weights
+	// move would depend on a lucky sample; AdamW's decoupled weight decay
+	// moves them every step, so publishing is always visible.
 	cfg.RL.KeepFlat = true
+	cfg.RL.WeightDecay = 0.1
 	return cfg
 }
 
