@@ -216,11 +216,14 @@ func Default() Config {
 	c.Env = EnvConfig{Name: "household", Kind: "builtin"}
 	c.Backend = BackendConfig{Kind: "embedded"}
 	// Sized for a 2-core CPU (measured: a SEED iteration of 8 tasks × 8
-	// trajectories takes about 2 minutes there, the whole run 14); GPU configs scale these up.
+	// trajectories takes 1.5–2 minutes there, the whole run 10–14); GPU configs scale these up.
 	// Stage 1 is gentle: on the tiny household model, 2 epochs at 1e-3
-	// took rollout invalid actions from 43% to 62%; 1 epoch at 2e-4 kept
-	// them at 29–44% (README, "Training").
-	c.Stage1 = Stage1Config{Episodes: 64, Analyzer: AnalyzerConfig{Kind: "oracle", MaxTokens: 512}, Epochs: 1, LR: 2e-4, BatchTokens: 8192, MicroBatchTokens: 8192, MaxLen: 4096, ActingReplay: 2}
+	// took rollout invalid actions from 43% to 62%; on the recipe-v11 base,
+	// 1 epoch at 2e-4 still cost acting (first-iteration rollout success
+	// 15.6% against 23.4% without stage 1, final eval 20.5% against 31.5%)
+	// and 5e-5 did not (25.0%, final 31.5%), with as many usable
+	// self-written skills (README, "Training").
+	c.Stage1 = Stage1Config{Episodes: 64, Analyzer: AnalyzerConfig{Kind: "oracle", MaxTokens: 512}, Epochs: 1, LR: 5e-5, BatchTokens: 8192, MicroBatchTokens: 8192, MaxLen: 4096, ActingReplay: 2}
 	// 8 tasks: at the tiny policy's ~5% rollout success, 4 tasks × 8
 	// trajectories held a win in about one iteration of three.
 	c.Iterations = 4
