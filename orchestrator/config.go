@@ -224,8 +224,9 @@ func Default() Config {
 	// and 5e-5 did not (25.0%, final 31.5%), with as many usable
 	// self-written skills (README, "Training").
 	c.Stage1 = Stage1Config{Episodes: 64, Analyzer: AnalyzerConfig{Kind: "oracle", MaxTokens: 512}, Epochs: 1, LR: 5e-5, BatchTokens: 8192, MicroBatchTokens: 8192, MaxLen: 4096, ActingReplay: 2}
-	// 8 tasks: at the tiny policy's ~5% rollout success, 4 tasks × 8
-	// trajectories held a win in about one iteration of three.
+	// 8 tasks: at the earlier tiny policies' ~5% rollout success, 4 tasks
+	// × 8 trajectories held a win in about one iteration of three (the
+	// recipe-v11 policy samples 10–25%).
 	c.Iterations = 4
 	c.TasksPerIteration = 8
 	c.DataShare = 1

@@ -45,7 +45,8 @@ type Template struct {
 	// reply names its destination, which a tiny model copies reliably;
 	// the first of six places in a line above the admissible actions it
 	// did not (recipe v11: 20% of held-out "go to" steps right with the
-	// six-place line in shuffled order).
+	// six-place line in shuffled order). It decides where the line goes,
+	// so UnvisitedLast has no effect with it.
 	NextPlace bool
 	// CompactWindow renders window-mode turns for small models: the task
 	// line and the places not visited yet stand in for the first

@@ -18,7 +18,6 @@ import (
 	"github.com/seedctl/seedctl/orchestrator"
 )
 
-// openBackendFor makes the orchestrator's backend opener for a config.
 // backendConfig is the inference client's config for a run's backend
 // section (retryFor 0: the client's default).
 func backendConfig(cfg orchestrator.BackendConfig, retryFor time.Duration) inference.Config {
@@ -37,6 +36,7 @@ func backendConfig(cfg orchestrator.BackendConfig, retryFor time.Duration) infer
 	return ic
 }
 
+// openBackendFor makes the orchestrator's backend opener for a config.
 func openBackendFor(cfg orchestrator.BackendConfig, retryFor time.Duration, log zerolog.Logger) func(ctx context.Context, dir string) (inference.Backend, error) {
 	return func(ctx context.Context, dir string) (inference.Backend, error) {
 		ic := backendConfig(cfg, retryFor)
