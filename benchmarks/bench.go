@@ -101,6 +101,25 @@ func Full(base orchestrator.Config) Spec {
 	return Spec{Base: base, Algos: orchestrator.Algos, Shares: []float64{0.2, 0.4, 0.6, 0.8}, Seeds: []int64{1, 2, 3}}
 }
 
+// Select narrows or widens the grid: each non-nil argument replaces the
+// spec's algorithms (T1 rows), data shares (T2 columns; {1} runs none
+// besides the full-data rows) or seeds. Experiments already finished in a
+// results folder are reused whatever grid a later call selects, so a grid
+// can be grown a sitting at a time: `--seeds 1` today, `--seeds 1,2,3`
+// tomorrow runs only seeds 2 and 3.
+func (s Spec) Select(algos []string, shares []float64, seeds []int64) Spec {
+	if algos != nil {
+		s.Algos = append([]string(nil), algos...)
+	}
+	if shares != nil {
+		s.Shares = append([]float64(nil), shares...)
+	}
+	if seeds != nil {
+		s.Seeds = append([]int64(nil), seeds...)
+	}
+	return s
+}
+
 // Outcome is one finished (or skipped) experiment.
 type Outcome struct {
 	Experiment

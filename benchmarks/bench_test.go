@@ -28,7 +28,7 @@ func TestSummarizeTables(t *testing.T) {
 		outcome("grpo", 1, 1, 0.50, 0.30, 10), outcome("grpo", 1, 2, 0.60, 0.40, 10),
 		outcome("seed", 1, 1, 0.70, 0.50, 13), outcome("seed", 1, 2, 0.80, 0.60, 13),
 		outcome("seed", 0.4, 1, 0.56, 0.3, 13), outcome("seed", 0.4, 2, 0.56, 0.3, 13),
-		outcome("grpo", 0.4, 1, 0.30, 0.2, 10),
+		outcome("grpo", 0.4, 1, 0.30, 0.2, 10), outcome("static-skill", 1, 1, 0.40, 0.2, 10),
 		{Experiment: Experiment{Algo: "grpo", DataShare: 0.4, Seed: 2}, Skipped: "time budget 1m spent"},
 	}
 	f := Summarize(outs)
@@ -45,8 +45,8 @@ func TestSummarizeTables(t *testing.T) {
 	if math.Abs(f.CostRatio-1.3) > 1e-9 {
 		t.Errorf("cost ratio %v, want 1.3", f.CostRatio)
 	}
-	if f.RunsTotal != "7m0s" || f.HasScore {
-		t.Errorf("runs total %q (want 7m0s, seven finished runs of a minute), has score %v (household reports none)", f.RunsTotal, f.HasScore)
+	if f.RunsTotal != "8m0s" || f.HasScore {
+		t.Errorf("runs total %q (want 8m0s, eight finished runs of a minute), has score %v (household reports none)", f.RunsTotal, f.HasScore)
 	}
 	if _, ok := f.Diagnostics["grpo"]; ok {
 		t.Errorf("GRPO has distillation diagnostics: %v", f.Diagnostics["grpo"])
@@ -55,19 +55,20 @@ func TestSummarizeTables(t *testing.T) {
 		t.Errorf("skipped %v", f.Skipped)
 	}
 	dir := t.TempDir()
-	spec := Spec{Base: orchestrator.Default(), Algos: []string{"grpo", "seed"}, Shares: []float64{0.4}, Seeds: []int64{1, 2}}
+	spec := Spec{Base: orchestrator.Default(), Algos: []string{"grpo", "seed", "static-skill"}, Shares: []float64{0.4}, Seeds: []int64{1, 2}}
 	if err := WriteResults(dir, spec, outs, 0); err != nil {
 		t.Fatal(err)
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "results.md"))
 	for _, want := range []string{"| seed | 75.0 ± 7.1 | 55.0 ± 7.1 |", "**40%**", "| heat | 35.0 ± 7.1 | 55.0 ± 7.1 |", "**1.30**", "time budget 1m spent",
+		"| static-skill | 40.0 (1 of 2 seeds) | 20.0 (1 of 2 seeds) |",
 		"| seed | 50.0 ± 0.0 | 25.0 ± 0.0 | 0.47 ± 0.00 | 40.0 ± 0.0 | -0.100 ± 0.000 | 0.020 ± 0.000 |",
 		"| seed | 6.5 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 | 13.0 ± 0.0 | 900.0 ± 0.0 |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)
 		}
 	}
-	if strings.Contains(string(md), "| score |") || !strings.Contains(string(md), "wall time of the finished runs 7m0s") {
+	if strings.Contains(string(md), "| score |") || !strings.Contains(string(md), "wall time of the finished runs 8m0s") {
 		t.Errorf("results.md shows a score column without scores, or lacks the runs' wall time:\n%s", md)
 	}
 	for _, f := range []string{"figures.json", "learning_curves.png", "data_share.png"} {
@@ -95,6 +96,25 @@ func TestGridAndValidate(t *testing.T) {
 	}
 	if n := len(Full(base).Experiments()); n != 3*(5+2*4) {
 		t.Errorf("full grid has %d experiments, want %d", n, 3*(5+2*4))
+	}
+	sel := q.Select([]string{"seed", "grpo"}, []float64{1}, []int64{1, 2, 3})
+	if got := len(sel.Experiments()); got != 6 {
+		t.Errorf("grpo and seed × 3 seeds with no T2 shares: %d experiments, want 6", got)
+	}
+	if len(q.Seeds) != 1 || len(q.Shares) != 1 {
+		t.Errorf("Select changed the spec it was called on: %+v", q)
+	}
+	if kept := q.Select(nil, nil, []int64{7}); len(kept.Algos) != 2 || kept.Shares[0] != 0.4 || kept.Seeds[0] != 7 {
+		t.Errorf("nil arguments must keep the grid: %+v", kept)
+	}
+	for name, s := range map[string]Spec{
+		"unknown algorithm": q.Select([]string{"ppo"}, nil, nil),
+		"no seeds":          q.Select(nil, nil, []int64{}),
+		"share 0":           q.Select(nil, []float64{0}, nil),
+	} {
+		if s.Validate() == nil {
+			t.Errorf("%s accepted", name)
+		}
 	}
 	bad := q
 	bad.Shares = []float64{1.5}

@@ -50,6 +50,15 @@ func (s Stat) String() string {
 	return fmt.Sprintf("%.1f ± %.1f", s.Mean, s.Std)
 }
 
+// ofSeeds formats s and says over how many seeds when fewer than the
+// grid's finished (a grid grown a sitting at a time has rows of 1 and 3).
+func ofSeeds(s Stat, seeds int) string {
+	if s.N > 0 && s.N < seeds {
+		return fmt.Sprintf("%s (%d of %d seeds)", s, s.N, seeds)
+	}
+	return s.String()
+}
+
 // fixed formats with the given decimals (for values that are not percents).
 func (s Stat) fixed(dec int) string {
 	switch s.N {
@@ -233,9 +242,9 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 		if !ok {
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s |", a, m["seen"], m["unseen"])
+		fmt.Fprintf(&b, "| %s | %s | %s |", a, ofSeeds(m["seen"], len(spec.Seeds)), ofSeeds(m["unseen"], len(spec.Seeds)))
 		if f.HasScore {
-			fmt.Fprintf(&b, " %s |", m["score"])
+			fmt.Fprintf(&b, " %s |", ofSeeds(m["score"], len(spec.Seeds)))
 		}
 		b.WriteString("\n")
 	}

@@ -24,6 +24,9 @@ func benchCommand() *cli.Command {
 			&cli.IntFlag{Name: "iterations", Usage: "stage-2 iterations per run"},
 			&cli.IntFlag{Name: "eval-episodes", Usage: "tasks per eval split"},
 			&cli.StringFlag{Name: "device", Value: "cpu"},
+			&cli.StringSliceFlag{Name: "algos", Usage: "T1 methods to run (default: all; with --quick grpo,seed)"},
+			&cli.Float64SliceFlag{Name: "shares", Usage: "T2 data shares for GRPO and SEED besides 1 (default 0.2,0.4,0.6,0.8; with --quick 0.4; 1 runs none)"},
+			&cli.Int64SliceFlag{Name: "seeds", Usage: "seeds (default 1,2,3; with --quick 1); finished runs of the folder are reused"},
 			&cli.BoolFlag{Name: "report", Usage: "rewrite the tables and plots from the finished experiments in --out; run nothing"},
 		},
 		Action: func(c *cli.Context) error {
@@ -47,6 +50,22 @@ func benchCommand() *cli.Command {
 			spec := benchmarks.Full(base)
 			if c.Bool("quick") {
 				spec = benchmarks.Quick(base)
+			}
+			var algos []string
+			var shares []float64
+			var seeds []int64
+			if c.IsSet("algos") {
+				algos = c.StringSlice("algos")
+			}
+			if c.IsSet("shares") {
+				shares = c.Float64Slice("shares")
+			}
+			if c.IsSet("seeds") {
+				seeds = c.Int64Slice("seeds")
+			}
+			spec = spec.Select(algos, shares, seeds)
+			if err := spec.Validate(); err != nil {
+				return cli.Exit("bench: "+err.Error(), 2)
 			}
 			if c.IsSet("budget") {
 				spec.Budget = c.Duration("budget")
