@@ -46,7 +46,7 @@ type Spec struct {
 }
 
 // Experiments lists the grid: every algorithm at share 1, then GRPO and
-// SEED at each other share, for every seed.
+// SEED at each share below 1, for every seed.
 func (s Spec) Experiments() []Experiment {
 	var out []Experiment
 	seen := map[string]bool{}
@@ -61,6 +61,9 @@ func (s Spec) Experiments() []Experiment {
 			add(Experiment{Algo: a, DataShare: 1, Seed: seed})
 		}
 		for _, sh := range s.Shares {
+			if sh == 1 {
+				continue // the full-data rows are the selected methods'
+			}
 			for _, a := range []string{orchestrator.AlgoGRPO, orchestrator.AlgoSEED} {
 				add(Experiment{Algo: a, DataShare: sh, Seed: seed})
 			}

@@ -276,3 +276,34 @@ func TestBenchQuickGridResumes(t *testing.T) {
 		t.Error("a second pass re-ran finished experiments")
 	}
 }
+
+// bench's grid flags: --report on a fresh folder runs nothing and lists
+// exactly the selected experiments as unfinished; an unknown method is
+// refused by name before anything starts.
+func TestBenchGridFlags(t *testing.T) {
+	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
+	file := filepath.Join(t.TempDir(), "run.json")
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	if _, err := runApp(t, "bench", "--config", file, "--out", out, "--report", "--algos", "grpo", "--shares", "1", "--seeds", "1,2"); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"grpo-share100-seed1: not finished", "grpo-share100-seed2: not finished", "seeds [1 2]"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("results.md lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(string(md), "seed-share") || strings.Contains(string(md), "share040") {
+		t.Errorf("results.md lists experiments outside the selected grid:\n%s", md)
+	}
+	if _, err := runApp(t, "bench", "--config", file, "--out", t.TempDir(), "--report", "--algos", "ppo"); err == nil || !strings.Contains(err.Error(), "ppo") {
+		t.Errorf("unknown method: %v", err)
+	}
+}
