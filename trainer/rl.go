@@ -47,7 +47,14 @@ type RLConfig struct {
 	// gradients accumulate across micro-batches into one optimizer step.
 	MicroBatchTokens int
 	ClipNorm         float64 // gradient-norm clipping (0: none)
+	// DecisionProb: distilled tokens the policy gives less probability
+	// than this count as decisions in RLStats' Decision* figures
+	// (0: DefaultDecisionProb). Diagnostics only; the loss ignores it.
+	DecisionProb float64
 }
+
+// DefaultDecisionProb is RLConfig.DecisionProb's default.
+const DefaultDecisionProb = 0.9
 
 // DefaultRLConfig is the SEED reference setting.
 func DefaultRLConfig() RLConfig {
@@ -69,6 +76,8 @@ func (c RLConfig) Validate() error {
 		return fmt.Errorf("rl config: micro_batch_tokens %d must be at least 2", c.MicroBatchTokens)
 	case c.ClipNorm < 0:
 		return fmt.Errorf("rl config: clip_norm %v must be >= 0", c.ClipNorm)
+	case c.DecisionProb < 0 || c.DecisionProb > 1:
+		return fmt.Errorf("rl config: decision_prob %v must be in [0, 1]", c.DecisionProb)
 	}
 	return nil
 }
@@ -85,6 +94,16 @@ type RLStats struct {
 	GateMean      float64 `json:"gate_mean"`
 	PositiveShift float64 `json:"positive_shift"`
 	MeanShift     float64 `json:"mean_shift"`
+	// The same on the distilled tokens the policy was unsure of (its
+	// probability below RLConfig.DecisionProb): a near-deterministic policy's
+	// sampled tokens have ℓ ≈ 0, where Δ cannot be positive and the gate
+	// sits at 0.5 whatever the skill says, so the whole-batch figures are
+	// dominated by tokens the teacher cannot move. DecisionShare is those
+	// tokens' share of the distilled ones.
+	DecisionShare    float64 `json:"decision_share"`
+	DecisionGate     float64 `json:"decision_gate_mean"`
+	DecisionPositive float64 `json:"decision_positive_shift"`
+	DecisionShift    float64 `json:"decision_mean_shift"`
 	// ClipFrac is the share of trained tokens whose clipped term is active.
 	ClipFrac float64 `json:"clip_frac"`
 	// RatioMaxDev is max |r−1| over trained tokens (1e-6-ish when ℓold was
@@ -255,27 +274,35 @@ func (m *Model) RLStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLS
 	// As in TrainSFT: no finalizer may run while libtorch computes.
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	quiesceGC()
-	var sumEnt, sumGate, sumDelta float64
-	var clipN, posN int
+	acc := rlSums{decisionLogP: math.Log(DefaultDecisionProb)}
+	if cfg.DecisionProb > 0 {
+		acc.decisionLogP = math.Log(cfg.DecisionProb)
+	}
 	for _, mb := range microBatches(lens, cfg.MicroBatchTokens) {
 		st.MicroBatches++
-		if err := m.rlMicroBatch(batch, mb, cfg, nTrain, nDistill, nKL, &st, &sumEnt, &sumGate, &sumDelta, &clipN, &posN); err != nil {
+		if err := m.rlMicroBatch(batch, mb, cfg, nTrain, nDistill, nKL, &st, &acc); err != nil {
 			return st, err
 		}
 	}
 	st.GRPOLoss /= float64(nTrain)
 	if nDistill > 0 {
 		st.OPDLoss /= float64(nDistill)
-		st.GateMean = sumGate / float64(nDistill)
-		st.MeanShift = sumDelta / float64(nDistill)
-		st.PositiveShift = float64(posN) / float64(nDistill)
+		st.GateMean = acc.gate / float64(nDistill)
+		st.MeanShift = acc.delta / float64(nDistill)
+		st.PositiveShift = float64(acc.pos) / float64(nDistill)
+		st.DecisionShare = float64(acc.decN) / float64(nDistill)
+	}
+	if acc.decN > 0 {
+		st.DecisionGate = acc.decGate / float64(acc.decN)
+		st.DecisionShift = acc.decDelta / float64(acc.decN)
+		st.DecisionPositive = float64(acc.decPos) / float64(acc.decN)
 	}
 	if nKL > 0 {
 		st.KL /= float64(nKL)
 	}
 	st.Loss = st.GRPOLoss + cfg.Lambda*st.OPDLoss + cfg.KLCoef*st.KL
-	st.ClipFrac = float64(clipN) / float64(nTrain)
-	st.Entropy = sumEnt / float64(nTrain)
+	st.ClipFrac = float64(acc.clip) / float64(nTrain)
+	st.Entropy = acc.ent / float64(nTrain)
 	st.Tokens, st.DistillTokens, st.Sequences = nTrain, nDistill, len(batch)
 	st.GradNorm, err = opt.Step(cfg.ClipNorm)
 	if err != nil {
@@ -286,8 +313,16 @@ func (m *Model) RLStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLS
 	return st, nil
 }
 
-func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain, nDistill, nKL int, st *RLStats,
-	sumEnt, sumGate, sumDelta *float64, clipN, posN *int) error {
+// rlSums accumulates a step's per-token statistics across micro-batches.
+type rlSums struct {
+	ent, gate, delta  float64
+	clip, pos         int
+	decGate, decDelta float64
+	decN, decPos      int
+	decisionLogP      float64
+}
+
+func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain, nDistill, nKL int, st *RLStats, acc *rlSums) error {
 	width := 0
 	for _, i := range mb {
 		width = max(width, len(batch[i].IDs)-1)
@@ -330,15 +365,23 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 			st.GRPOLoss += t.grpo
 			d := t.dGRPO / float64(nTrain)
 			if t.clipped {
-				*clipN++
+				acc.clip++
 			}
 			st.RatioMaxDev = math.Max(st.RatioMaxDev, math.Abs(math.Exp(l-float64(s.OldLogP[pos]))-1))
 			if s.Distill != nil && s.Distill[pos] {
 				st.OPDLoss += t.opd
-				*sumGate += t.gate
-				*sumDelta += t.delta
+				acc.gate += t.gate
+				acc.delta += t.delta
 				if t.delta > 0 {
-					*posN++
+					acc.pos++
+				}
+				if l < acc.decisionLogP {
+					acc.decN++
+					acc.decGate += t.gate
+					acc.decDelta += t.delta
+					if t.delta > 0 {
+						acc.decPos++
+					}
 				}
 				d += cfg.Lambda * t.dOPD / float64(nDistill)
 			}
@@ -346,7 +389,7 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 				st.KL += t.kl
 				d += cfg.KLCoef * t.dK / float64(nKL)
 			}
-			*sumEnt += float64(entv[b][k])
+			acc.ent += float64(entv[b][k])
 			if math.IsNaN(d) || math.IsInf(d, 0) || math.IsNaN(t.grpo+t.opd+t.kl) || math.IsInf(t.grpo+t.opd+t.kl, 0) {
 				return fmt.Errorf("rl step: loss of %q at %d is not finite (log-prob %v): %w", s.ID, pos, l, ErrNonFinite)
 			}

@@ -167,6 +167,32 @@ func TestRLStepDistillationGainsWhereTeacherEndorses(t *testing.T) {
 	if math.Abs(st.GateMean-sigmoid(5)) > 1e-4 || st.PositiveShift != 1 || math.Abs(st.MeanShift-1) > 1e-4 || st.DistillTokens != 11 {
 		t.Errorf("gate mean %v (want σ(5)=%v), positive shift %v, mean shift %v, distilled %d", st.GateMean, sigmoid(5), st.PositiveShift, st.MeanShift, st.DistillTokens)
 	}
+	// A random tiny model is unsure of every token (p ≪ DecisionProb), so
+	// the decision figures are the whole batch's.
+	if st.DecisionShare != 1 || math.Abs(st.DecisionGate-st.GateMean) > 1e-9 || st.DecisionPositive != 1 || math.Abs(st.DecisionShift-st.MeanShift) > 1e-9 {
+		t.Errorf("decision share %v gate %v positive %v shift %v, want the batch's (1, %v, 1, %v)", st.DecisionShare, st.DecisionGate, st.DecisionPositive, st.DecisionShift, st.GateMean, st.MeanShift)
+	}
+}
+
+// Tokens the policy is sure of are left out of the decision figures: with
+// the threshold below every token's probability, none is a decision.
+func TestRLStepDecisionFiguresSkipCertainTokens(t *testing.T) {
+	m, _ := newTiny(t, ArchQwen2, 12)
+	batch := withTeacher(rlBatch(t, m, []float64{0, 0, 0}), 1)
+	cfg := DefaultRLConfig()
+	cfg.DecisionProb = 1e-30
+	opt, _ := m.NewAdamW(1e-3, 0)
+	st, err := m.RLStep(opt, batch, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.DistillTokens == 0 || st.DecisionShare != 0 || st.DecisionGate != 0 || st.DecisionShift != 0 {
+		t.Errorf("no token is below p=1e-30, yet decision share %v gate %v shift %v (distilled %d)", st.DecisionShare, st.DecisionGate, st.DecisionShift, st.DistillTokens)
+	}
+	cfg.DecisionProb = 2
+	if cfg.Validate() == nil {
+		t.Error("decision_prob 2 accepted")
+	}
 }
 
 // The OPD gradient is −g·∇ℓθ with g = σ(β·Δ) held constant: for one
