@@ -69,6 +69,11 @@ func TestSummarizeTables(t *testing.T) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)
 		}
 	}
+	// T1 means 55 (GRPO), 75 (SEED), 40 (static) and 10 (base) → p = 45%; the
+	// default eval has 50 tasks: √(0.45·0.55/50) = 7.0 points.
+	if !strings.Contains(string(md), "standard error of about 7.0 points at the table's mean success (45%)") {
+		t.Errorf("results.md lacks the eval noise line:\n%s", md)
+	}
 	if strings.Contains(string(md), "| score |") || !strings.Contains(string(md), "wall time of the finished runs 8m0s") {
 		t.Errorf("results.md shows a score column without scores, or lacks the runs' wall time:\n%s", md)
 	}

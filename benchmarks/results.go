@@ -50,6 +50,24 @@ func (s Stat) String() string {
 	return fmt.Sprintf("%.1f ± %.1f", s.Mean, s.Std)
 }
 
+// evalNoise is the binomial standard error, in points, of one run's
+// eval-seen success on n tasks at the T1 rows' mean success p (in %).
+func evalNoise(main map[string]map[string]Stat, n int) (se, p float64) {
+	sum, k := 0.0, 0
+	for _, row := range main {
+		if s, ok := row["seen"]; ok && s.N > 0 {
+			sum += s.Mean
+			k++
+		}
+	}
+	if k == 0 || n <= 0 {
+		return 0, 0
+	}
+	p = sum / float64(k)
+	q := p / 100
+	return 100 * math.Sqrt(q*(1-q)/float64(n)), p
+}
+
 // ofSeeds formats s and says over how many seeds when fewer than the
 // grid's finished (a grid grown a sitting at a time has rows of 1 and 3).
 func ofSeeds(s Stat, seeds int) string {
@@ -250,6 +268,9 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 			fmt.Fprintf(&b, " %s |", ofSeeds(m["score"], len(spec.Seeds)))
 		}
 		b.WriteString("\n")
+	}
+	if se, p := evalNoise(f.Main, spec.Base.Eval.Episodes); se > 0 {
+		fmt.Fprintf(&b, "\nNoise: one run's success on %d tasks has a binomial standard error of about %.1f points at the table's mean success (%.0f%%); differences of one run within about twice that are not evidence.\n", spec.Base.Eval.Episodes, se, p)
 	}
 	b.WriteString("\n## T2 sample efficiency (eval-seen success by share of training tasks)\n\n| method |")
 	shares := append(append([]float64{}, spec.Shares...), 1)
