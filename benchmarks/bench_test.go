@@ -14,7 +14,8 @@ func outcome(algo string, share float64, seed int64, seen, unseen, iterS float64
 	vals := map[string]float64{"success": seen, "iteration_s": iterS, "rollout_s": iterS / 2}
 	if algo == "seed" {
 		for k, v := range map[string]float64{"skill_share": 0.5, "skill_parse_ok": 0.25, "gate_mean": 0.47, "positive_shift": 0.4, "mean_shift": -0.1, "opd_loss": 0.02, "analysis_tokens": 900,
-			"decision_share": 0.1, "decision_gate_mean": 0.62, "decision_positive_shift": 0.7, "decision_mean_shift": 0.3} {
+			"decision_share": 0.1, "decision_gate_mean": 0.62, "decision_positive_shift": 0.7, "decision_mean_shift": 0.3,
+			"decision_mean_shift_pos_adv": 0.5} {
 			vals[k] = v
 		}
 	}
@@ -63,7 +64,7 @@ func TestSummarizeTables(t *testing.T) {
 	md, _ := os.ReadFile(filepath.Join(dir, "results.md"))
 	for _, want := range []string{"| seed | 75.0 ± 7.1 | 55.0 ± 7.1 |", "**40%**", "| heat | 35.0 ± 7.1 | 55.0 ± 7.1 |", "**1.30**", "time budget 1m spent",
 		"| static-skill | 40.0 (1 of 2 seeds) | 20.0 (1 of 2 seeds) |",
-		"| seed | 50.0 ± 0.0 | 25.0 ± 0.0 | 0.47 ± 0.00 | 40.0 ± 0.0 | -0.100 ± 0.000 | 0.020 ± 0.000 | 10.0 ± 0.0 | 0.62 ± 0.00 | 70.0 ± 0.0 | 0.300 ± 0.000 |",
+		"| seed | 50.0 ± 0.0 | 25.0 ± 0.0 | 0.47 ± 0.00 | 40.0 ± 0.0 | -0.100 ± 0.000 | 0.020 ± 0.000 | 10.0 ± 0.0 | 0.62 ± 0.00 | 70.0 ± 0.0 | 0.300 ± 0.000 | 0.500 ± 0.000 | — |",
 		"| seed | 6.5 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 | 13.0 ± 0.0 | 900.0 ± 0.0 |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)

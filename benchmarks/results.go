@@ -208,7 +208,8 @@ func Summarize(outs []Outcome) Figures {
 // on the decision tokens alone (those the policy gave p < 0.9; the
 // trainer's RLStats), where a teacher can move a sure policy at all.
 var diagKeys = []string{"skill_share", "skill_parse_ok", "gate_mean", "positive_shift", "mean_shift", "opd_loss",
-	"decision_share", "decision_gate_mean", "decision_positive_shift", "decision_mean_shift"}
+	"decision_share", "decision_gate_mean", "decision_positive_shift", "decision_mean_shift",
+	"decision_mean_shift_pos_adv", "decision_mean_shift_neg_adv"}
 
 // stats turns samples by (row, column) into mean ± std.
 func stats(m map[string]map[string][]float64) map[string]map[string]Stat {
@@ -306,13 +307,13 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 		fmt.Fprintf(&b, "\nSEED / GRPO time per iteration: **%.2f**.\n", f.CostRatio)
 	}
 	if len(f.Diagnostics) > 0 {
-		b.WriteString("\n## T6 distillation diagnostics (mean over iterations)\n\n| method | trajectories with a skill | analyzer answers parsed | gate σ(βΔ) | tokens with Δ>0 | mean Δ (nats) | OPD loss | decision tokens (p<0.9) | their gate | their Δ>0 | their mean Δ |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("\n## T6 distillation diagnostics (mean over iterations)\n\n| method | trajectories with a skill | analyzer answers parsed | gate σ(βΔ) | tokens with Δ>0 | mean Δ (nats) | OPD loss | decision tokens (p<0.9) | their gate | their Δ>0 | their mean Δ | their mean Δ, A>0 | their mean Δ, A<0 |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, a := range sortedKeys(f.Diagnostics) {
 			d := f.Diagnostics[a]
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", a, pctStat(d["skill_share"]), pctStat(d["skill_parse_ok"]), d["gate_mean"].fixed(2), pctStat(d["positive_shift"]), d["mean_shift"].fixed(3), d["opd_loss"].fixed(3),
-				pctStat(d["decision_share"]), d["decision_gate_mean"].fixed(2), pctStat(d["decision_positive_shift"]), d["decision_mean_shift"].fixed(3))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", a, pctStat(d["skill_share"]), pctStat(d["skill_parse_ok"]), d["gate_mean"].fixed(2), pctStat(d["positive_shift"]), d["mean_shift"].fixed(3), d["opd_loss"].fixed(3),
+				pctStat(d["decision_share"]), d["decision_gate_mean"].fixed(2), pctStat(d["decision_positive_shift"]), d["decision_mean_shift"].fixed(3), d["decision_mean_shift_pos_adv"].fixed(3), d["decision_mean_shift_neg_adv"].fixed(3))
 		}
-		b.WriteString("\nReading it: Δ = ℓᵀ − ℓold is how much the skill in context changes the log-prob of each sampled token. A gate near 0.50 with Δ > 0 on about half the tokens and a mean Δ near 0 means the skills barely move the policy — the distillation term is then noise of weight λ, and SEED can only match GRPO. A strong teacher shows Δ far from 0 on many tokens (the gate spread towards 0 and 1). A nearly deterministic policy gives its sampled tokens ℓ ≈ 0, where Δ cannot be positive and the gate stays at 0.5 whatever the skill says; the decision columns keep only the tokens the policy was unsure of (p < 0.9), where a teacher can show what it endorses (— where the runs predate these figures).\n")
+		b.WriteString("\nReading it: Δ = ℓᵀ − ℓold is how much the skill in context changes the log-prob of each sampled token. A gate near 0.50 with Δ > 0 on about half the tokens and a mean Δ near 0 means the skills barely move the policy — the distillation term is then noise of weight λ, and SEED can only match GRPO. A strong teacher shows Δ far from 0 on many tokens (the gate spread towards 0 and 1). A nearly deterministic policy gives its sampled tokens ℓ ≈ 0, where Δ cannot be positive and the gate stays at 0.5 whatever the skill says; the decision columns keep only the tokens the policy was unsure of (p < 0.9), where a teacher can show what it endorses; split by the trajectory's advantage, a teacher that knows what went right raises the decisions of trajectories that beat their group (A>0) more than the others' (A<0), while a context that moves every decision alike — as a skill from another episode (random-skill) can — shows no gap (— where the runs predate these figures).\n")
 	}
 	if len(f.Skipped) > 0 {
 		b.WriteString("\nNot run or unfinished: " + strings.Join(f.Skipped, "; ") + "\n")

@@ -841,7 +841,7 @@ func (r *run) update(ctx context.Context, k int, rows []Row, vals iterStats) err
 	rng := rand.New(rand.NewPCG(uint64(r.cfg.Seed), uint64(k)))
 	order := rng.Perm(len(rows))
 	nb := min(r.cfg.RL.MiniBatches, len(rows))
-	sum := map[string]float64{}
+	sum, count := map[string]float64{}, map[string]int{}
 	steps := 0
 	for b := 0; b < nb; b++ {
 		var batch []Row
@@ -868,8 +868,10 @@ func (r *run) update(ctx context.Context, k int, rows []Row, vals iterStats) err
 		r.st.Refusals = 0
 		steps++
 		sum["lr"] += lr
+		count["lr"]++
 		for name, v := range st {
 			sum[name] += v
+			count[name]++
 		}
 	}
 	keys := make([]string, 0, len(sum))
@@ -877,8 +879,11 @@ func (r *run) update(ctx context.Context, k int, rows []Row, vals iterStats) err
 		keys = append(keys, name)
 	}
 	sort.Strings(keys)
+	// Each figure is the mean over the steps that reported it (some, like
+	// the decision shift by advantage sign, are absent from a step without
+	// such tokens).
 	for _, name := range keys {
-		vals[name] = sum[name] / float64(max(1, steps))
+		vals[name] = sum[name] / float64(max(1, count[name]))
 	}
 	vals["optimizer_steps"] = float64(steps)
 	return nil

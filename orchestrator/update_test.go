@@ -35,7 +35,25 @@ func (s *stepRecorder) Step(_ context.Context, rows []Row, lr float64) (StepStat
 	if s.refuse[call] {
 		return nil, &RefusedError{Err: errors.New("loss is NaN")}
 	}
-	return StepStats{"loss": float64(call + 1), "grad_norm": 2}, nil
+	st := StepStats{"loss": float64(call + 1), "grad_norm": 2}
+	if call == 1 {
+		st["sparse"] = 5 // a figure only some steps report
+	}
+	return st, nil
+}
+
+// A figure only some steps report is averaged over those steps.
+func TestUpdateAveragesSparseFiguresOverTheirSteps(t *testing.T) {
+	cfg := Default()
+	cfg.RL.MiniBatches = 3
+	r := &run{cfg: cfg, learner: &stepRecorder{}, st: &State{}, log: zerolog.Nop()}
+	vals := iterStats{}
+	if err := r.update(context.Background(), 1, trainedRows(6), vals); err != nil {
+		t.Fatal(err)
+	}
+	if vals["sparse"] != 5 || vals["loss"] != 2 {
+		t.Errorf("sparse %v (want 5, its one step's), loss %v (want 2)", vals["sparse"], vals["loss"])
+	}
 }
 
 func trainedRows(n int, untrained ...int) []Row {

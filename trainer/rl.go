@@ -104,6 +104,14 @@ type RLStats struct {
 	DecisionGate     float64 `json:"decision_gate_mean"`
 	DecisionPositive float64 `json:"decision_positive_shift"`
 	DecisionShift    float64 `json:"decision_mean_shift"`
+	// DecisionShiftPosAdv and DecisionShiftNegAdv split DecisionShift by
+	// the row's advantage sign (absent when no decision token had one): a
+	// teacher that knows what went right and wrong raises the decisions
+	// of trajectories that beat their group and lowers the others', so
+	// the first exceeds the second; a context that moves every decision
+	// alike (a skill of another episode does that too) shows no gap.
+	DecisionShiftPosAdv *float64 `json:"decision_mean_shift_pos_adv,omitempty"`
+	DecisionShiftNegAdv *float64 `json:"decision_mean_shift_neg_adv,omitempty"`
 	// ClipFrac is the share of trained tokens whose clipped term is active.
 	ClipFrac float64 `json:"clip_frac"`
 	// RatioMaxDev is max |r−1| over trained tokens (1e-6-ish when ℓold was
@@ -297,6 +305,14 @@ func (m *Model) RLStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLS
 		st.DecisionShift = acc.decDelta / float64(acc.decN)
 		st.DecisionPositive = float64(acc.decPos) / float64(acc.decN)
 	}
+	if acc.decPosAdvN > 0 {
+		v := acc.decPosAdv / float64(acc.decPosAdvN)
+		st.DecisionShiftPosAdv = &v
+	}
+	if acc.decNegAdvN > 0 {
+		v := acc.decNegAdv / float64(acc.decNegAdvN)
+		st.DecisionShiftNegAdv = &v
+	}
 	if nKL > 0 {
 		st.KL /= float64(nKL)
 	}
@@ -320,6 +336,9 @@ type rlSums struct {
 	decGate, decDelta float64
 	decN, decPos      int
 	decisionLogP      float64
+	// Δ sums and counts of decision tokens by the row's advantage sign.
+	decPosAdv, decNegAdv   float64
+	decPosAdvN, decNegAdvN int
 }
 
 func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain, nDistill, nKL int, st *RLStats, acc *rlSums) error {
@@ -381,6 +400,14 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 					acc.decDelta += t.delta
 					if t.delta > 0 {
 						acc.decPos++
+					}
+					switch {
+					case s.Advantage > 0:
+						acc.decPosAdv += t.delta
+						acc.decPosAdvN++
+					case s.Advantage < 0:
+						acc.decNegAdv += t.delta
+						acc.decNegAdvN++
 					}
 				}
 				d += cfg.Lambda * t.dOPD / float64(nDistill)

@@ -174,6 +174,35 @@ func TestRLStepDistillationGainsWhereTeacherEndorses(t *testing.T) {
 	}
 }
 
+// The decision shift split by advantage sign: rows that beat their group
+// (A>0) and rows that did worse (A<0) are averaged apart; flat rows are
+// in neither.
+func TestRLStepDecisionShiftByAdvantage(t *testing.T) {
+	m, _ := newTiny(t, ArchQwen2, 12)
+	batch := rlBatch(t, m, []float64{1, -1, 0})
+	for i, d := range []float64{0.5, -0.3, 2} {
+		batch[i] = withTeacher(batch[i:i+1], d)[0]
+	}
+	opt, _ := m.NewAdamW(1e-3, 0)
+	st, err := m.RLStep(opt, batch, DefaultRLConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.DecisionShiftPosAdv == nil || st.DecisionShiftNegAdv == nil {
+		t.Fatalf("split missing: %+v", st)
+	}
+	if math.Abs(*st.DecisionShiftPosAdv-0.5) > 1e-4 || math.Abs(*st.DecisionShiftNegAdv+0.3) > 1e-4 {
+		t.Errorf("decision Δ with A>0 %v (want 0.5), with A<0 %v (want −0.3)", *st.DecisionShiftPosAdv, *st.DecisionShiftNegAdv)
+	}
+	flat := withTeacher(rlBatch(t, m, []float64{0, 0, 0}), 1)
+	if st, err = m.RLStep(opt, flat, DefaultRLConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if st.DecisionShiftPosAdv != nil || st.DecisionShiftNegAdv != nil {
+		t.Errorf("flat groups gave a split: %v %v", st.DecisionShiftPosAdv, st.DecisionShiftNegAdv)
+	}
+}
+
 // Tokens the policy is sure of are left out of the decision figures: with
 // the threshold below every token's probability, none is a decision.
 func TestRLStepDecisionFiguresSkipCertainTokens(t *testing.T) {
