@@ -282,10 +282,7 @@ func (m *Model) RLStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLS
 	// As in TrainSFT: no finalizer may run while libtorch computes.
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	quiesceGC()
-	acc := rlSums{decisionLogP: math.Log(DefaultDecisionProb)}
-	if cfg.DecisionProb > 0 {
-		acc.decisionLogP = math.Log(cfg.DecisionProb)
-	}
+	acc := rlSums{decisionLogP: cfg.decisionLogP()}
 	for _, mb := range microBatches(lens, cfg.MicroBatchTokens) {
 		st.MicroBatches++
 		if err := m.rlMicroBatch(batch, mb, cfg, nTrain, nDistill, nKL, &st, &acc); err != nil {
@@ -295,24 +292,11 @@ func (m *Model) RLStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLS
 	st.GRPOLoss /= float64(nTrain)
 	if nDistill > 0 {
 		st.OPDLoss /= float64(nDistill)
-		st.GateMean = acc.gate / float64(nDistill)
-		st.MeanShift = acc.delta / float64(nDistill)
-		st.PositiveShift = float64(acc.pos) / float64(nDistill)
-		st.DecisionShare = float64(acc.decN) / float64(nDistill)
+		st.DecisionShare = float64(acc.decision.n) / float64(nDistill)
 	}
-	if acc.decN > 0 {
-		st.DecisionGate = acc.decGate / float64(acc.decN)
-		st.DecisionShift = acc.decDelta / float64(acc.decN)
-		st.DecisionPositive = float64(acc.decPos) / float64(acc.decN)
-	}
-	if acc.decPosAdvN > 0 {
-		v := acc.decPosAdv / float64(acc.decPosAdvN)
-		st.DecisionShiftPosAdv = &v
-	}
-	if acc.decNegAdvN > 0 {
-		v := acc.decNegAdv / float64(acc.decNegAdvN)
-		st.DecisionShiftNegAdv = &v
-	}
+	st.GateMean, st.MeanShift, st.PositiveShift = acc.distilled.means()
+	st.DecisionGate, st.DecisionShift, st.DecisionPositive = acc.decision.means()
+	st.DecisionShiftPosAdv, st.DecisionShiftNegAdv = acc.posAdv.meanShift(), acc.negAdv.meanShift()
 	if nKL > 0 {
 		st.KL /= float64(nKL)
 	}
@@ -329,16 +313,57 @@ func (m *Model) RLStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLS
 	return st, nil
 }
 
+// decisionLogP is the log-probability below which a distilled token
+// counts as a decision.
+func (c RLConfig) decisionLogP() float64 {
+	if c.DecisionProb > 0 {
+		return math.Log(c.DecisionProb)
+	}
+	return math.Log(DefaultDecisionProb)
+}
+
+// shiftSums accumulates the teacher's shift over a set of distilled tokens.
+type shiftSums struct {
+	n, pos      int
+	gate, delta float64
+}
+
+func (s *shiftSums) add(gate, delta float64) {
+	s.n++
+	s.gate += gate
+	s.delta += delta
+	if delta > 0 {
+		s.pos++
+	}
+}
+
+// means are the gate mean, the mean Δ and the share with Δ > 0 (zeros
+// for an empty set).
+func (s shiftSums) means() (gate, delta, positive float64) {
+	if s.n == 0 {
+		return 0, 0, 0
+	}
+	n := float64(s.n)
+	return s.gate / n, s.delta / n, float64(s.pos) / n
+}
+
+// meanShift is the mean Δ, nil for an empty set.
+func (s shiftSums) meanShift() *float64 {
+	if s.n == 0 {
+		return nil
+	}
+	v := s.delta / float64(s.n)
+	return &v
+}
+
 // rlSums accumulates a step's per-token statistics across micro-batches.
 type rlSums struct {
-	ent, gate, delta  float64
-	clip, pos         int
-	decGate, decDelta float64
-	decN, decPos      int
-	decisionLogP      float64
-	// Δ sums and counts of decision tokens by the row's advantage sign.
-	decPosAdv, decNegAdv   float64
-	decPosAdvN, decNegAdvN int
+	ent          float64
+	clip         int
+	decisionLogP float64
+	// The teacher's shift on every distilled token, on the decision
+	// tokens, and on the decision tokens of rows with A > 0 and A < 0.
+	distilled, decision, posAdv, negAdv shiftSums
 }
 
 func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain, nDistill, nKL int, st *RLStats, acc *rlSums) error {
@@ -389,25 +414,14 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 			st.RatioMaxDev = math.Max(st.RatioMaxDev, math.Abs(math.Exp(l-float64(s.OldLogP[pos]))-1))
 			if s.Distill != nil && s.Distill[pos] {
 				st.OPDLoss += t.opd
-				acc.gate += t.gate
-				acc.delta += t.delta
-				if t.delta > 0 {
-					acc.pos++
-				}
+				acc.distilled.add(t.gate, t.delta)
 				if l < acc.decisionLogP {
-					acc.decN++
-					acc.decGate += t.gate
-					acc.decDelta += t.delta
-					if t.delta > 0 {
-						acc.decPos++
-					}
+					acc.decision.add(t.gate, t.delta)
 					switch {
 					case s.Advantage > 0:
-						acc.decPosAdv += t.delta
-						acc.decPosAdvN++
+						acc.posAdv.add(t.gate, t.delta)
 					case s.Advantage < 0:
-						acc.decNegAdv += t.delta
-						acc.decNegAdvN++
+						acc.negAdv.add(t.gate, t.delta)
 					}
 				}
 				d += cfg.Lambda * t.dOPD / float64(nDistill)
