@@ -93,31 +93,35 @@ func TestGridAndValidate(t *testing.T) {
 	for _, e := range q.Experiments() {
 		names[e.Name()] = true
 	}
-	for _, want := range []string{"grpo-share100-seed1", "seed-share100-seed1", "grpo-share040-seed1", "seed-share040-seed1"} {
+	for _, want := range []string{"grpo-share100-seed1", "seed-share100-seed1", "seed-share040-seed1"} {
 		if !names[want] {
 			t.Errorf("quick grid lacks %s: %v", want, names)
 		}
 	}
-	if len(names) != 4 {
-		t.Errorf("quick grid has %d experiments", len(names))
+	if len(names) != 3 {
+		t.Errorf("quick grid has %d experiments (GRPO and SEED at 100%%, SEED at 40%%): %v", len(names), names)
+	}
+	if both := q.Select(nil, nil, []string{"grpo", "seed"}, nil); len(both.Experiments()) != 4 {
+		t.Errorf("quick grid with GRPO at 40%% too: %d experiments, want 4", len(both.Experiments()))
 	}
 	if n := len(Full(base).Experiments()); n != 3*(5+2*4) {
 		t.Errorf("full grid has %d experiments, want %d", n, 3*(5+2*4))
 	}
-	sel := q.Select([]string{"seed", "grpo"}, []float64{1}, []int64{1, 2, 3})
+	sel := q.Select([]string{"seed", "grpo"}, []float64{1}, nil, []int64{1, 2, 3})
 	if got := len(sel.Experiments()); got != 6 {
 		t.Errorf("grpo and seed × 3 seeds with no T2 shares: %d experiments, want 6", got)
 	}
 	if len(q.Seeds) != 1 || len(q.Shares) != 1 {
 		t.Errorf("Select changed the spec it was called on: %+v", q)
 	}
-	if kept := q.Select(nil, nil, []int64{7}); len(kept.Algos) != 2 || kept.Shares[0] != 0.4 || kept.Seeds[0] != 7 {
+	if kept := q.Select(nil, nil, nil, []int64{7}); len(kept.Algos) != 2 || kept.Shares[0] != 0.4 || len(kept.ShareAlgos) != 1 || kept.Seeds[0] != 7 {
 		t.Errorf("nil arguments must keep the grid: %+v", kept)
 	}
 	for name, s := range map[string]Spec{
-		"unknown algorithm": q.Select([]string{"ppo"}, nil, nil),
-		"no seeds":          q.Select(nil, nil, []int64{}),
-		"share 0":           q.Select(nil, []float64{0}, nil),
+		"unknown algorithm":        q.Select([]string{"ppo"}, nil, nil, nil),
+		"no seeds":                 q.Select(nil, nil, nil, []int64{}),
+		"share 0":                  q.Select(nil, []float64{0}, nil, nil),
+		"baseline at a data share": q.Select(nil, nil, []string{"static-skill"}, nil),
 	} {
 		if s.Validate() == nil {
 			t.Errorf("%s accepted", name)
