@@ -176,10 +176,16 @@ type Config struct {
 		InvalidPenalty float64 `json:"invalid_penalty"`
 		MaxInFlight    int     `json:"max_in_flight"`
 	} `json:"rollout"`
-	SkillMode        string     `json:"skill_mode"`
-	MaxStepSkills    int        `json:"max_step_skills"`
-	Gamma            float64    `json:"gamma"`
-	AnalysisTokens   int        `json:"analysis_max_tokens"`
+	SkillMode      string  `json:"skill_mode"`
+	MaxStepSkills  int     `json:"max_step_skills"`
+	Gamma          float64 `json:"gamma"`
+	AnalysisTokens int     `json:"analysis_max_tokens"`
+	// AnalysisRepair sends a self-analysis answer that does not parse back
+	// once with the error (DESIGN §2's repair prompt; the GPU configs have
+	// it). Off in the embedded default: the tiny household model repaired
+	// none of 583 such answers over the v11 bench's SEED runs, and the
+	// round wrote more tokens than the analysis itself.
+	AnalysisRepair   bool       `json:"analysis_repair"`
 	RL               RLConfig   `json:"rl"`
 	Eval             EvalConfig `json:"eval"`
 	RescoreMaxTokens int        `json:"rescore_max_tokens"`

@@ -254,3 +254,26 @@ func TestActingExamplesAreTheSampledTurns(t *testing.T) {
 		t.Errorf("max_len 4 keeps %d examples, want the one 4-token row", len(got))
 	}
 }
+
+// The self-analyzer sends answers that do not parse back for repair only
+// when the config asks (the GPU configs do; the embedded default does not).
+func TestSelfAnalysisRepairFollowsConfig(t *testing.T) {
+	for _, repair := range []bool{false, true} {
+		c := Default()
+		c.AnalysisRepair = repair
+		an, err := (&run{cfg: c}).iterationAnalyzer(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		self, ok := an.(*skills.SelfAnalyzer)
+		if !ok {
+			t.Fatalf("SEED's iteration analyzer is %T", an)
+		}
+		if self.NoRepair == repair || self.Snapshot != "iter-1" {
+			t.Errorf("analysis_repair %v: NoRepair %v, snapshot %q", repair, self.NoRepair, self.Snapshot)
+		}
+	}
+	if Default().AnalysisRepair {
+		t.Error("the embedded default repairs analyses its tiny model never repaired")
+	}
+}

@@ -741,7 +741,7 @@ func (r *run) iterationAnalyzer(k int) (skills.Analyzer, error) {
 	case AlgoStaticSkill:
 		return r.stage1Analyzer()
 	default:
-		return &skills.SelfAnalyzer{Policy: r.policy, MaxTokens: r.cfg.AnalysisTokens, Temperature: 0, K: r.cfg.MaxStepSkills, Snapshot: fmt.Sprintf("iter-%d", k-1)}, nil
+		return &skills.SelfAnalyzer{Policy: r.policy, MaxTokens: r.cfg.AnalysisTokens, Temperature: 0, K: r.cfg.MaxStepSkills, Snapshot: fmt.Sprintf("iter-%d", k-1), NoRepair: !r.cfg.AnalysisRepair}, nil
 	}
 }
 

@@ -26,8 +26,8 @@ type Analyzer interface {
 type asker func(ctx context.Context, prompts []string) ([]string, error)
 
 // analyzeWith runs the shared flow: analysis prompts, parsing, one repair
-// round for answers that do not parse, then "no skill".
-func analyzeWith(ctx context.Context, name string, k int, reqs []Request, ask asker) ([]Record, error) {
+// round for answers that do not parse (unless noRepair), then "no skill".
+func analyzeWith(ctx context.Context, name string, k int, reqs []Request, ask asker, noRepair bool) ([]Record, error) {
 	prompts := make([]string, len(reqs))
 	for i, r := range reqs {
 		prompts[i] = AnalysisPrompt(r.Traj, r.Candidates, k)
@@ -51,7 +51,7 @@ func analyzeWith(ctx context.Context, name string, k int, reqs []Request, ask as
 		}
 		recs[i].Skill = sk
 	}
-	if len(repairIdx) > 0 {
+	if len(repairIdx) > 0 && !noRepair {
 		fixed, err := ask(ctx, repairPrompts)
 		if err != nil {
 			return nil, fmt.Errorf("%s analyzer: repair round: %w", name, err)
@@ -84,6 +84,11 @@ type SelfAnalyzer struct {
 	K           int
 	Snapshot    string
 	Label       string // "self" when empty
+	// NoRepair skips the repair round: an answer that does not parse is no
+	// skill at once. For policies that cannot repair (the tiny household
+	// model repaired none of 583 answers in the v11 bench) the round costs
+	// about as much generation as the analysis itself.
+	NoRepair bool
 }
 
 func (a *SelfAnalyzer) Name() string {
@@ -115,7 +120,7 @@ func (a *SelfAnalyzer) Analyze(ctx context.Context, reqs []Request) ([]Record, e
 		}
 		return out, nil
 	}
-	recs, err := analyzeWith(ctx, a.Name(), a.K, reqs, ask)
+	recs, err := analyzeWith(ctx, a.Name(), a.K, reqs, ask, a.NoRepair)
 	for i := range recs {
 		recs[i].Snapshot = a.Snapshot
 	}
@@ -158,7 +163,7 @@ func (a *ExternalAnalyzer) Analyze(ctx context.Context, reqs []Request) ([]Recor
 		}
 		return out, nil
 	}
-	recs, err := analyzeWith(ctx, a.Name(), a.K, reqs, ask)
+	recs, err := analyzeWith(ctx, a.Name(), a.K, reqs, ask, false)
 	for i := range recs {
 		recs[i].Snapshot = a.Model
 	}

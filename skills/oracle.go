@@ -28,7 +28,7 @@ func (a *OracleAnalyzer) Analyze(ctx context.Context, reqs []Request) ([]Record,
 		}
 		return out, nil
 	}
-	return analyzeWith(ctx, a.Name(), a.K, reqs, ask)
+	return analyzeWith(ctx, a.Name(), a.K, reqs, ask, false)
 }
 
 // pick chooses a variant deterministically per trajectory and purpose.

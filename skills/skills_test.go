@@ -101,7 +101,7 @@ func TestRepairPromptSentOnce(t *testing.T) {
 		}
 		return out, nil
 	}
-	recs, err := analyzeWith(context.Background(), "test", 5, reqs, ask)
+	recs, err := analyzeWith(context.Background(), "test", 5, reqs, ask, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +113,19 @@ func TestRepairPromptSentOnce(t *testing.T) {
 	}
 	if !strings.Contains(repairs[0], "could not be used") || !strings.Contains(repairs[0], "I cannot produce JSON") {
 		t.Errorf("repair prompt %q", repairs[0])
+	}
+	// Without the repair round: one call, the bad answers are no skill with
+	// their first parse error, and the good one is kept.
+	calls, repairs = 0, nil
+	recs, err = analyzeWith(context.Background(), "test", 5, reqs, ask, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 || len(repairs) != 0 {
+		t.Fatalf("no repair: %d calls, %d repair prompts; want the analysis call alone", calls, len(repairs))
+	}
+	if recs[0].Skill == nil || recs[1].Skill != nil || recs[1].Repaired || recs[1].ParseError == "" || strings.HasPrefix(recs[1].ParseError, "after repair") {
+		t.Fatalf("records without repair: %+v", recs)
 	}
 }
 
