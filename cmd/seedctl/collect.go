@@ -146,6 +146,7 @@ func analyzeCommand() *cli.Command {
 			&cli.StringFlag{Name: "analyzer-model", Usage: "external: model name"},
 			&cli.StringFlag{Name: "analyzer-key-env", Usage: "external: environment variable with the API key"},
 			&cli.IntFlag{Name: "k", Value: skills.DefaultMaxStepSkills, Usage: "most step skills per trajectory"},
+			&cli.BoolFlag{Name: "no-repair", Usage: "self: an answer that does not parse is no skill at once (no repair prompt)"},
 			&cli.Float64Flag{Name: "gamma", Value: 0.95, Usage: "discount for critical-step returns"},
 			&cli.StringFlag{Name: "out", Usage: "skills file (default: IN/skills.jsonl)"},
 		),
@@ -167,7 +168,7 @@ func analyzeCommand() *cli.Command {
 					return cli.Exit("analyze: "+err.Error(), 1)
 				}
 				defer backend.Close()
-				an = &skills.SelfAnalyzer{Policy: policy, MaxTokens: 256, Temperature: 0, K: k, Snapshot: c.String("model")}
+				an = &skills.SelfAnalyzer{Policy: policy, MaxTokens: 256, Temperature: 0, K: k, Snapshot: c.String("model"), NoRepair: c.Bool("no-repair")}
 			case "external":
 				cc := inference.DefaultChatConfig(c.String("analyzer-url"), c.String("analyzer-model"))
 				cc.APIKeyEnv = c.String("analyzer-key-env")

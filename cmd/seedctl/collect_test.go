@@ -33,6 +33,26 @@ func TestCollectAndAnalyze(t *testing.T) {
 	if err != nil || len(recs) != 6 || recs[0].Skill == nil || recs[0].Analyzer != "oracle" {
 		t.Fatalf("skills: %v %+v", err, recs)
 	}
+	// The random tiny policy as its own analyzer writes no JSON: with the
+	// repair round every answer is sent back once, with --no-repair none is.
+	for _, noRepair := range []bool{false, true} {
+		args := []string{"analyze", "--in", out, "--analyzer", "self", "--model", model}
+		if noRepair {
+			args = append(args, "--no-repair")
+		}
+		if text, err := runApp(t, args...); err != nil {
+			t.Fatalf("analyze self (no repair %v): %v\n%s", noRepair, err, text)
+		}
+		recs, err := skills.ReadStore(filepath.Join(out, "skills.jsonl"))
+		if err != nil || len(recs) != 6 {
+			t.Fatalf("self skills: %v, %d records", err, len(recs))
+		}
+		for _, r := range recs {
+			if r.Analyzer != "self" || r.ParseError == "" || r.Repaired == noRepair {
+				t.Errorf("no repair %v: record analyzer %q, repaired %v, parse error %q", noRepair, r.Analyzer, r.Repaired, r.ParseError)
+			}
+		}
+	}
 	if _, err := runApp(t, "analyze", "--in", out, "--analyzer", "psychic"); err == nil {
 		t.Error("unknown analyzer accepted")
 	}
