@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -49,12 +50,16 @@ type Spec struct {
 	ReportOnly bool `json:"report_only,omitempty"`
 }
 
+// compared are the two methods T2 and T3 compare, and the default
+// methods of the T2 columns below 100%.
+var compared = []string{orchestrator.AlgoGRPO, orchestrator.AlgoSEED}
+
 // shareAlgos are the methods of the T2 columns below 100%.
 func (s Spec) shareAlgos() []string {
 	if s.ShareAlgos != nil {
 		return s.ShareAlgos
 	}
-	return []string{orchestrator.AlgoGRPO, orchestrator.AlgoSEED}
+	return compared
 }
 
 // Experiments lists the grid: every algorithm at share 1, then the share
@@ -96,7 +101,7 @@ func (s Spec) Validate() error {
 		}
 	}
 	for _, a := range s.ShareAlgos {
-		if a != orchestrator.AlgoGRPO && a != orchestrator.AlgoSEED {
+		if !slices.Contains(compared, a) {
 			return fmt.Errorf("bench spec: the data-share columns compare GRPO and SEED; %q is neither", a)
 		}
 	}

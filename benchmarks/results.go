@@ -280,7 +280,7 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 		fmt.Fprintf(&b, " %s |", shareKey(s))
 	}
 	b.WriteString("\n|---|" + strings.Repeat("---|", len(shares)) + "\n")
-	for _, a := range []string{orchestrator.AlgoGRPO, orchestrator.AlgoSEED} {
+	for _, a := range compared {
 		fmt.Fprintf(&b, "| %s |", a)
 		for _, s := range shares {
 			fmt.Fprintf(&b, " %s |", f.ShareSeen[a][shareKey(s)])
@@ -290,7 +290,7 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 	fmt.Fprintf(&b, "\nShare of training tasks SEED needs to reach GRPO's 100%% score: **%s**.\n", f.ShareNeeded)
 	b.WriteString("\n## T3 eval-unseen success per task family\n\n| family | GRPO | SEED |\n|---|---|---|\n")
 	famSet := map[string]bool{}
-	for _, a := range []string{orchestrator.AlgoGRPO, orchestrator.AlgoSEED} {
+	for _, a := range compared {
 		for k := range f.Families[a] {
 			famSet[k] = true
 		}
@@ -369,7 +369,7 @@ func writePlots(out string, spec Spec, outs []Outcome, f Figures) error {
 		return err
 	}
 	ds := plot.Chart{Title: "eval-seen success vs share of training tasks", XLabel: "share of training tasks (%)", YLabel: "success %", YFromZero: true}
-	for _, a := range []string{orchestrator.AlgoGRPO, orchestrator.AlgoSEED} {
+	for _, a := range compared {
 		s := plot.Series{Name: a}
 		keys := sortedKeys(f.ShareSeen[a])
 		sort.Slice(keys, func(i, j int) bool { return pct(keys[i]) < pct(keys[j]) })

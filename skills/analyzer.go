@@ -86,8 +86,8 @@ type SelfAnalyzer struct {
 	Label       string // "self" when empty
 	// NoRepair skips the repair round: an answer that does not parse is no
 	// skill at once. For policies that cannot repair (the tiny household
-	// model repaired none of 583 answers in the v11 bench) the round costs
-	// about as much generation as the analysis itself.
+	// model repaired none of 583 answers in the v11 bench) the round wrote
+	// more tokens than the analysis itself.
 	NoRepair bool
 }
 
