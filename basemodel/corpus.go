@@ -183,7 +183,7 @@ func GenerateCorpus(ctx context.Context, b envadapters.Builtin, cfg CorpusConfig
 			return nil, err
 		}
 		hinted := r.Float64() < cfg.HintShare
-		ep, traj, err := playDemo(ctx, b, task, tmpl, hinted, cfg.Seed+uint64(cfg.Offset+i), cfg.Noise, cfg.MistakeShare, cfg.MaxSteps)
+		ep, traj, err := playDemo(ctx, b, task, tmpl, hinted, cfg.Seed+uint64(cfg.Offset+i), cfg.Noise, cfg.MistakeShare, envadapters.Options{"max_steps": fmt.Sprint(cfg.MaxSteps)})
 		if err != nil {
 			return nil, fmt.Errorf("corpus episode %d (%s): %w", i, task.ID, err)
 		}
@@ -245,8 +245,8 @@ func criticalGuess(t *rollout.Trajectory) []int {
 
 // playDemo runs one expert episode, recording plain turns and a trajectory
 // (for the oracle's hindsight skill).
-func playDemo(ctx context.Context, b envadapters.Builtin, task envadapters.Task, tmpl rollout.Template, hinted bool, seed uint64, noise, mistakes float64, maxSteps int) (Episode, *rollout.Trajectory, error) {
-	env, err := b.New(envadapters.Options{"max_steps": fmt.Sprint(maxSteps)})
+func playDemo(ctx context.Context, b envadapters.Builtin, task envadapters.Task, tmpl rollout.Template, hinted bool, seed uint64, noise, mistakes float64, opts envadapters.Options) (Episode, *rollout.Trajectory, error) {
+	env, err := b.New(opts)
 	if err != nil {
 		return Episode{}, nil, err
 	}

@@ -31,6 +31,9 @@ type EvalConfig struct {
 	Mode        string
 	Seed        int64
 	MaxSteps    int // 0: the environment's own limit
+	// EnvOptions are the environment's options (household's
+	// placement_prior); MaxSteps overrides their max_steps.
+	EnvOptions envadapters.Options
 }
 
 // EvalResult is success overall and per family.
@@ -44,14 +47,19 @@ type EvalResult struct {
 }
 
 // OracleHints writes, for each task, the oracle's skill about the expert
-// solving that task: the "useful advice in context" base models must be
-// able to use.
-func OracleHints(ctx context.Context, b envadapters.Builtin, tasks []envadapters.Task) (map[string]string, error) {
+// solving that task in an environment with opts (its step limit aside): the
+// "useful advice in context" base models must be able to use.
+func OracleHints(ctx context.Context, b envadapters.Builtin, tasks []envadapters.Task, opts envadapters.Options) (map[string]string, error) {
+	demo := envadapters.Options{}
+	for k, v := range opts {
+		demo[k] = v
+	}
+	demo["max_steps"] = "50"
 	tmpl := rollout.TemplateFor(b.Name())
 	out := map[string]string{}
 	oracle := &skills.OracleAnalyzer{K: 0}
 	for _, t := range tasks {
-		_, traj, err := playDemo(ctx, b, t, tmpl, true, 0, 0, 0, 50)
+		_, traj, err := playDemo(ctx, b, t, tmpl, true, 0, 0, 0, demo)
 		if err != nil {
 			return nil, fmt.Errorf("hint for %s: %w", t.ID, err)
 		}
@@ -100,8 +108,12 @@ func Evaluate(ctx context.Context, cfg EvalConfig, log zerolog.Logger, progress 
 	if cfg.MaxTokens > 0 {
 		rc.MaxTokensPerTurn = cfg.MaxTokens
 	}
+	rc.EnvOptions = envadapters.Options{}
+	for k, v := range cfg.EnvOptions {
+		rc.EnvOptions[k] = v
+	}
 	if cfg.MaxSteps > 0 {
-		rc.EnvOptions = envadapters.Options{"max_steps": fmt.Sprint(cfg.MaxSteps)}
+		rc.EnvOptions["max_steps"] = fmt.Sprint(cfg.MaxSteps)
 	}
 	if cfg.Mode != "" {
 		rc.Mode = cfg.Mode
@@ -110,7 +122,7 @@ func Evaluate(ctx context.Context, cfg EvalConfig, log zerolog.Logger, progress 
 	switch cfg.Hints {
 	case "":
 	case "oracle":
-		if res.Hints, err = OracleHints(ctx, b, tasks); err != nil {
+		if res.Hints, err = OracleHints(ctx, b, tasks, cfg.EnvOptions); err != nil {
 			return nil, err
 		}
 		rc.Hint = func(t envadapters.Task) string { return res.Hints[t.ID] }

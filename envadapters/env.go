@@ -9,7 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -166,6 +168,19 @@ func (o Options) Int(key string, def int) (int, error) {
 		return 0, fmt.Errorf("option %s=%q: want an integer", key, v)
 	}
 	return n, nil
+}
+
+// Float reads a number option with a default, naming the option on error.
+func (o Options) Float(key string, def float64) (float64, error) {
+	v, ok := o[key]
+	if !ok || strings.TrimSpace(v) == "" {
+		return def, nil
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("option %s=%q: want a number", key, v)
+	}
+	return f, nil
 }
 
 // CheckKeys rejects options outside allowed.

@@ -360,8 +360,19 @@ func (c Config) Validate() error {
 	if _, err := skills.ParseMode(c.SkillMode); err != nil {
 		return fmt.Errorf("config: skill_mode: %w", err)
 	}
-	if err := c.rolloutConfig(0).Validate(); err != nil {
+	rc := c.rolloutConfig(0)
+	if err := rc.Validate(); err != nil {
 		return fmt.Errorf("config: rollout: %w", err)
+	}
+	if c.Env.Kind == "builtin" {
+		// The environment checks its own options (names and values).
+		if b, err := envadapters.Lookup(c.Env.Name); err == nil {
+			e, err := b.New(rc.EnvOptions)
+			if err != nil {
+				return fmt.Errorf("config: env.options: %w", err)
+			}
+			e.Close()
+		}
 	}
 	return nil
 }

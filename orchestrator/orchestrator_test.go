@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	_ "github.com/seedctl/seedctl/envadapters/household" // Validate asks built-ins to check their options
 	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/skills"
 )
@@ -38,6 +39,8 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{func(c *Config) { c.Stage1.Analyzer.Kind = "external" }, "external analyzer"},
 		{func(c *Config) { c.SkillMode = "all" }, "skill_mode"},
 		{func(c *Config) { c.Rollout.Mode = "stream" }, "mode"},
+		{func(c *Config) { c.Env.Options = map[string]string{"placement_prior": "1.5"} }, "placement_prior"},
+		{func(c *Config) { c.Env.Options = map[string]string{"colour": "red"} }, "env.options"},
 	}
 	for _, tc := range tests {
 		c := validConfig()
@@ -51,6 +54,11 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		t.Errorf("default config: %v", err)
 	}
 	c := validConfig()
+	c.Env.Options = map[string]string{"placement_prior": "0.8"}
+	if err := c.Validate(); err != nil {
+		t.Errorf("household with a placement prior: %v", err)
+	}
+	c = validConfig()
 	c.Algo, c.Stage1.Episodes = AlgoGRPO, 0 // GRPO has no stage 1
 	if err := c.Validate(); err != nil {
 		t.Errorf("grpo without stage 1: %v", err)

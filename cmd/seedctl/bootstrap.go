@@ -189,6 +189,7 @@ func evalCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-tokens", Value: 48},
 			&cli.StringFlag{Name: "mode", Usage: "chat or window (default: what the model was bootstrapped for, else chat)"},
 			&cli.IntFlag{Name: "max-steps", Value: 20, Usage: "episode step limit (20: the embedded default's; 0: the environment's own)"},
+			envOptFlag(),
 			&cli.StringFlag{Name: "save", Usage: "write the trajectories (JSONL) and the result (JSON) into this folder"},
 		},
 		Action: func(c *cli.Context) error {
@@ -197,9 +198,13 @@ func evalCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("eval: "+err.Error(), 2)
 			}
+			opts, err := envOptions(c)
+			if err != nil {
+				return cli.Exit("eval: "+err.Error(), 2)
+			}
 			res, err := basemodel.Evaluate(c.Context, basemodel.EvalConfig{
 				ModelDir: c.String("model"), Env: c.String("env"), Split: split, Episodes: c.Int("episodes"), Offset: c.Int("offset"),
-				Hints: c.String("hints"), Temperature: c.Float64("temperature"), MaxTokens: c.Int("max-tokens"), Mode: c.String("mode"), Seed: 1, MaxSteps: c.Int("max-steps"),
+				Hints: c.String("hints"), Temperature: c.Float64("temperature"), MaxTokens: c.Int("max-tokens"), Mode: c.String("mode"), Seed: 1, MaxSteps: c.Int("max-steps"), EnvOptions: opts,
 			}, log, progressLine(c.App.ErrWriter, "eval", c.Int("max-steps")))
 			if err != nil {
 				return cli.Exit("eval: "+err.Error(), 1)

@@ -78,6 +78,7 @@ func collectCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-tokens", Value: def.MaxTokensPerTurn, Usage: "tokens per turn"},
 			&cli.Float64Flag{Name: "temperature", Value: def.Temperature},
 			&cli.IntFlag{Name: "max-steps", Usage: "step limit (default: the environment's)"},
+			envOptFlag(),
 			&cli.Int64Flag{Name: "seed", Value: def.Seed},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "folder for trajectories.jsonl and metrics.json"},
 		),
@@ -93,7 +94,10 @@ func collectCommand() *cli.Command {
 			}
 			cfg := def
 			cfg.GroupSize, cfg.Mode, cfg.MaxTokensPerTurn = c.Int("group"), c.String("mode"), c.Int("max-tokens")
-			cfg.Temperature, cfg.Seed, cfg.EnvOptions = c.Float64("temperature"), c.Int64("seed"), envOptions(c.Int("max-steps"))
+			if cfg.EnvOptions, err = envOptions(c); err != nil {
+				return cli.Exit("collect: "+err.Error(), 2)
+			}
+			cfg.Temperature, cfg.Seed = c.Float64("temperature"), c.Int64("seed")
 			if err := cfg.Validate(); err != nil {
 				return cli.Exit("collect: "+err.Error(), 2)
 			}

@@ -50,9 +50,14 @@ func envCommand() *cli.Command {
 					&cli.IntFlag{Name: "task", Usage: "task index within the split"},
 					&cli.BoolFlag{Name: "expert", Usage: "let the scripted expert play and print the transcript"},
 					&cli.IntFlag{Name: "max-steps", Usage: "step limit (default: the environment's)"},
+					envOptFlag(),
 				},
 				Action: func(c *cli.Context) error {
-					return playEnv(c.Context, c.App.Reader, c.App.Writer, c.String("env"), c.String("split"), c.Int("task"), c.Int("max-steps"), c.Bool("expert"))
+					opts, err := envOptions(c)
+					if err != nil {
+						return cli.Exit("env play: "+err.Error(), 2)
+					}
+					return playEnv(c.Context, c.App.Reader, c.App.Writer, c.String("env"), c.String("split"), c.Int("task"), opts, c.Bool("expert"))
 				},
 			},
 			{
@@ -63,9 +68,14 @@ func envCommand() *cli.Command {
 					&cli.StringFlag{Name: "split", Value: "train", Usage: "game N of /reset is task N of this split"},
 					&cli.StringFlag{Name: "addr", Value: "127.0.0.1:36001"},
 					&cli.IntFlag{Name: "max-steps", Usage: "step limit (default: the environment's)"},
+					envOptFlag(),
 				},
 				Action: func(c *cli.Context) error {
 					log := logger(c)
+					opts, err := envOptions(c)
+					if err != nil {
+						return cli.Exit("env serve: "+err.Error(), 2)
+					}
 					b, err := envadapters.Lookup(c.String("env"))
 					if err != nil {
 						return cli.Exit("env serve: "+err.Error(), 2)
@@ -74,7 +84,7 @@ func envCommand() *cli.Command {
 					if err != nil {
 						return cli.Exit("env serve: "+err.Error(), 2)
 					}
-					s, err := agentgym.NewServer(b, split, envOptions(c.Int("max-steps")), log)
+					s, err := agentgym.NewServer(b, split, opts, log)
 					if err != nil {
 						return cli.Exit("env serve: "+err.Error(), 2)
 					}
@@ -100,16 +110,40 @@ func envCommand() *cli.Command {
 	}
 }
 
-// envOptions turns --max-steps into env options; 0 keeps the env's default.
-func envOptions(maxSteps int) envadapters.Options {
-	if maxSteps != 0 {
-		return envadapters.Options{"max_steps": strconv.Itoa(maxSteps)}
+// envOptFlag is the repeatable --env-opt KEY=VALUE flag: an environment
+// option such as household's placement_prior=0.8.
+func envOptFlag() cli.Flag {
+	return &cli.StringSliceFlag{Name: "env-opt", Usage: "environment option KEY=VALUE, repeatable (household: placement_prior=0.8)"}
+}
+
+// envOptFlags reads the --env-opt flags.
+func envOptFlags(c *cli.Context) (envadapters.Options, error) {
+	opts := envadapters.Options{}
+	for _, kv := range c.StringSlice("env-opt") {
+		k, v, ok := strings.Cut(kv, "=")
+		if k = strings.TrimSpace(k); !ok || k == "" {
+			return nil, fmt.Errorf("--env-opt %q: want KEY=VALUE", kv)
+		}
+		opts[k] = strings.TrimSpace(v)
 	}
-	return nil
+	return opts, nil
+}
+
+// envOptions reads --env-opt and --max-steps (0 keeps the env's own
+// limit) into env options.
+func envOptions(c *cli.Context) (envadapters.Options, error) {
+	opts, err := envOptFlags(c)
+	if err != nil {
+		return nil, err
+	}
+	if n := c.Int("max-steps"); n != 0 {
+		opts["max_steps"] = strconv.Itoa(n)
+	}
+	return opts, nil
 }
 
 // playEnv runs one episode with a person (or the expert) at the keyboard.
-func playEnv(ctx context.Context, in io.Reader, out io.Writer, name, splitName string, index, maxSteps int, expert bool) error {
+func playEnv(ctx context.Context, in io.Reader, out io.Writer, name, splitName string, index int, opts envadapters.Options, expert bool) error {
 	b, err := envadapters.Lookup(name)
 	if err != nil {
 		return cli.Exit("env play: "+err.Error(), 2)
@@ -126,7 +160,7 @@ func playEnv(ctx context.Context, in io.Reader, out io.Writer, name, splitName s
 		return cli.Exit("env play: "+err.Error(), 1)
 	}
 	task := tasks[index]
-	env, err := b.New(envOptions(maxSteps))
+	env, err := b.New(opts)
 	if err != nil {
 		return cli.Exit("env play: "+err.Error(), 2)
 	}

@@ -16,6 +16,25 @@ func TestEnvCommands(t *testing.T) {
 		t.Fatalf("env play --expert: %v\n%s", err, out)
 	}
 
+	// --env-opt reaches the environment: with a placement prior the same
+	// task (same task line) starts with its objects elsewhere.
+	prior, err := runApp(t, "env", "play", "--task", "3", "--expert", "--env-opt", "placement_prior=1")
+	if err != nil || !strings.Contains(prior, "Episode over: solved") {
+		t.Fatalf("env play --env-opt placement_prior=1: %v\n%s", err, prior)
+	}
+	plain, err := runApp(t, "env", "play", "--task", "3", "--expert")
+	if err != nil {
+		t.Fatal(err)
+	}
+	taskLine := func(s string) string {
+		_, after, _ := strings.Cut(s, "Your task is to: ")
+		line, _, _ := strings.Cut(after, "\n")
+		return line
+	}
+	if taskLine(prior) == "" || taskLine(prior) != taskLine(plain) || prior == plain {
+		t.Errorf("placement prior: task lines %q and %q, transcripts equal: %v", taskLine(prior), taskLine(plain), prior == plain)
+	}
+
 	// A person typing: an action by number, one by text, garbage, then EOF.
 	app := newApp()
 	var buf bytes.Buffer
@@ -35,6 +54,9 @@ func TestEnvCommands(t *testing.T) {
 		{"env", "play", "--split", "test"},
 		{"env", "play", "--task", "-1"},
 		{"env", "play", "--max-steps", "-3", "--task", "1"},
+		{"env", "play", "--env-opt", "placement_prior", "--task", "1"},
+		{"env", "play", "--env-opt", "placement_prior=often", "--task", "1"},
+		{"env", "play", "--env-opt", "colour=red", "--task", "1"},
 	} {
 		if _, err := runApp(t, bad...); err == nil {
 			t.Errorf("%v accepted", bad)

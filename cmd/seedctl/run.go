@@ -112,6 +112,7 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "stage1-episodes", Usage: "trajectories analyzed for stage 1"},
 			&cli.Float64Flag{Name: "lr", Usage: "stage-2 learning rate"},
 			&cli.IntFlag{Name: "max-steps", Usage: "episode step limit (training and eval)"},
+			envOptFlag(),
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "trainer device: cpu or cuda"},
 		},
 		Action: func(c *cli.Context) error {
@@ -138,7 +139,9 @@ func runCommand() *cli.Command {
 			} else if cfg, err = defaultRunConfig(c, log); err != nil {
 				return cli.Exit("run: "+err.Error(), 1)
 			}
-			applyRunFlags(c, &cfg)
+			if err := applyRunFlags(c, &cfg); err != nil {
+				return cli.Exit("run: "+err.Error(), 2)
+			}
 			if err := cfg.Validate(); err != nil {
 				return cli.Exit("run: "+err.Error(), 2)
 			}
@@ -149,7 +152,17 @@ func runCommand() *cli.Command {
 	}
 }
 
-func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) {
+func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) error {
+	opts, err := envOptFlags(c)
+	if err != nil {
+		return err
+	}
+	for k, v := range opts {
+		if cfg.Env.Options == nil {
+			cfg.Env.Options = map[string]string{}
+		}
+		cfg.Env.Options[k] = v
+	}
 	if v := c.String("algo"); v != "" {
 		cfg.Algo = v
 	}
@@ -188,6 +201,7 @@ func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) {
 	if v := c.Int("max-steps"); v > 0 {
 		cfg.Env.MaxSteps = v
 	}
+	return nil
 }
 
 func reportRun(c *cli.Context, res *orchestrator.Result, err error) error {

@@ -51,8 +51,14 @@ func (builtin) Tasks(split envadapters.Split, n int) ([]envadapters.Task, error)
 	return out, nil
 }
 
+// taskFor is task i of split with uniform placement. The placement prior
+// changes where objects start, not the task line or family; Reset
+// recomputes the difficulty, which depends on where the goal object is.
 func taskFor(split envadapters.Split, i int) envadapters.Task {
-	w := generate(split, i)
+	return taskOf(split, i, generate(split, i, 0))
+}
+
+func taskOf(split envadapters.Split, i int, w *world) envadapters.Task {
 	return envadapters.Task{
 		Env: Name, Split: split, Index: i, ID: envadapters.TaskID(Name, split, i),
 		Family: w.goal.family, Difficulty: difficulty(w), Goal: w.goal.text,
@@ -60,10 +66,12 @@ func taskFor(split envadapters.Split, i int) envadapters.Task {
 }
 
 // Signature fingerprints a task's room and goal (for split-disjointness tests).
-func Signature(split envadapters.Split, index int) string { return generate(split, index).signature() }
+func Signature(split envadapters.Split, index int) string {
+	return generate(split, index, 0).signature()
+}
 
 func (builtin) New(opts envadapters.Options) (envadapters.Env, error) {
-	if err := opts.CheckKeys("max_steps"); err != nil {
+	if err := opts.CheckKeys("max_steps", OptPlacementPrior); err != nil {
 		return nil, fmt.Errorf("household: %w", err)
 	}
 	n, err := opts.Int("max_steps", DefaultMaxSteps)
@@ -73,7 +81,14 @@ func (builtin) New(opts envadapters.Options) (envadapters.Env, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("household: option max_steps=%d must be at least 1", n)
 	}
-	return &Env{maxSteps: n}, nil
+	prior, err := opts.Float(OptPlacementPrior, 0)
+	if err != nil {
+		return nil, fmt.Errorf("household: %w", err)
+	}
+	if prior < 0 || prior > 1 {
+		return nil, fmt.Errorf("household: option %s=%g must be between 0 and 1", OptPlacementPrior, prior)
+	}
+	return &Env{maxSteps: n, prior: prior}, nil
 }
 
 func (builtin) Expert(e envadapters.Env) (envadapters.Expert, error) {
@@ -84,9 +99,19 @@ func (builtin) Expert(e envadapters.Env) (envadapters.Expert, error) {
 	return &expert{env: h}, nil
 }
 
+// OptPlacementPrior is the option that makes object placement follow
+// per-type habits: the share of objects put where their type is usually
+// kept (the same receptacle type in every room) instead of anywhere.
+// 0, the default, is uniform placement; then the place where an episode
+// found its object says nothing about the next episode's, and a hindsight
+// skill has nothing about places to pass on. With a prior it has, as in
+// ALFWorld, where apples are mostly in fridges and on counters.
+const OptPlacementPrior = "placement_prior"
+
 // Env is one household episode.
 type Env struct {
 	maxSteps int
+	prior    float64
 	w        *world
 	task     envadapters.Task
 	at       *recep
@@ -105,8 +130,8 @@ func (e *Env) Reset(_ context.Context, t envadapters.Task) (envadapters.Step, er
 	if t.Env != "" && t.Env != Name || !ok || t.Index < 0 || t.Index >= size {
 		return envadapters.Step{}, fmt.Errorf("household: cannot reset to task %q (split %q, index %d)", t.ID, t.Split, t.Index)
 	}
-	e.w = generate(t.Split, t.Index)
-	e.task = taskFor(t.Split, t.Index)
+	e.w = generate(t.Split, t.Index, e.prior)
+	e.task = taskOf(t.Split, t.Index, e.w)
 	e.at, e.held, e.lampOn, e.steps, e.done, e.won = nil, nil, false, 0, false, false
 	names := make([]string, len(e.w.receps))
 	for i, rc := range e.w.receps {

@@ -159,7 +159,7 @@ func TestSplitsAreDisjointAndHoldOut(t *testing.T) {
 	}
 	seenLayouts := map[string]bool{}
 	for i := 0; i < 500; i++ {
-		w := generate(envadapters.Train, i)
+		w := generate(envadapters.Train, i, 0)
 		seenLayouts[w.layout] = true
 		for _, o := range w.objects {
 			if unseenObjects[o.typ] {
@@ -169,7 +169,7 @@ func TestSplitsAreDisjointAndHoldOut(t *testing.T) {
 	}
 	heldOutGoal := 0
 	for i := 0; i < 500; i++ {
-		w := generate(envadapters.EvalUnseen, i)
+		w := generate(envadapters.EvalUnseen, i, 0)
 		if seenLayouts[w.layout] {
 			t.Fatalf("eval_unseen task %d uses the training layout %s", i, w.layout)
 		}
@@ -427,5 +427,110 @@ func TestOrderedSearchExpert(t *testing.T) {
 	}
 	if wins < 60 {
 		t.Errorf("ordered search expert won %d of 100 training tasks, want most", wins)
+	}
+}
+
+// TestPlacementPrior: the placement_prior option moves objects to where
+// their type is usually kept, in the share asked, and changes nothing
+// else — the same room, task line and family, and the expert still wins.
+func TestPlacementPrior(t *testing.T) {
+	b := builtin{}
+	for _, bad := range []envadapters.Options{{OptPlacementPrior: "-0.1"}, {OptPlacementPrior: "1.5"}, {OptPlacementPrior: "often"}, {OptPlacementPrior: "NaN"}} {
+		if _, err := b.New(bad); err == nil || !strings.Contains(err.Error(), OptPlacementPrior) {
+			t.Errorf("options %v: error %v, want one naming %s", bad, err, OptPlacementPrior)
+		}
+	}
+	// usual: the share of goal-type objects (which never start on the
+	// target) placed where their type is usually kept.
+	usual := func(w *world) (at, all int) {
+		var where []*recep
+		for _, rc := range w.receps {
+			if !noObjects[rc.typ] && rc.typ != w.goal.target {
+				where = append(where, rc)
+			}
+		}
+		pref := preferredPlace(w.goal.obj, where)
+		for _, o := range w.objects {
+			if o.typ == w.goal.obj {
+				all++
+				if o.loc == pref {
+					at++
+				}
+			}
+		}
+		return at, all
+	}
+	const n = 600
+	for _, tc := range []struct {
+		prior    float64
+		min, max float64
+	}{{0, 0, 0.15}, {0.5, 0.5, 0.65}, {0.8, 0.8, 0.9}, {1, 1, 1}} {
+		at, all := 0, 0
+		for i := 0; i < n; i++ {
+			u, w := generate(envadapters.Train, i, 0), generate(envadapters.Train, i, tc.prior)
+			if u.goal != w.goal || u.layout != w.layout || len(u.receps) != len(w.receps) || len(u.objects) != len(w.objects) {
+				t.Fatalf("prior %g changed task %d beyond placement: %+v vs %+v", tc.prior, i, u.goal, w.goal)
+			}
+			for j := range u.receps {
+				if u.receps[j].name != w.receps[j].name {
+					t.Fatalf("prior %g changed the receptacles of task %d", tc.prior, i)
+				}
+			}
+			for _, o := range w.objects {
+				if o.typ == w.goal.obj && o.loc.typ == w.goal.target {
+					t.Fatalf("prior %g put task %d's %s on its target", tc.prior, i, o.name)
+				}
+			}
+			a, b := usual(w)
+			at, all = at+a, all+b
+		}
+		share := float64(at) / float64(all)
+		t.Logf("prior %g: %.1f%% of %d goal-type objects start where their type is usually kept", tc.prior, 100*share, all)
+		if share < tc.min || share > tc.max {
+			t.Errorf("prior %g: %.3f of goal-type objects at their usual place, want %.2f–%.2f", tc.prior, share, tc.min, tc.max)
+		}
+	}
+	// The habit belongs to the object type, not the room: if an object
+	// type is kept on X in one room and on Y in another, one of the two
+	// rooms lacks the other's receptacle type.
+	type seen struct {
+		at    string
+		types map[string]bool
+	}
+	byType := map[string][]seen{}
+	for i := 0; i < n; i++ {
+		w := generate(envadapters.Train, i, 1)
+		types := map[string]bool{}
+		for _, rc := range w.receps {
+			types[rc.typ] = true
+		}
+		for _, o := range w.objects {
+			if o.lamp || o.typ == w.goal.obj {
+				continue // goal objects avoid the target, so theirs may differ
+			}
+			for _, s := range byType[o.typ] {
+				if s.at != o.loc.typ && s.types[o.loc.typ] && types[s.at] {
+					t.Fatalf("task %d: %s kept in %s, in another room with both types in %s", i, o.typ, o.loc.typ, s.at)
+				}
+			}
+			byType[o.typ] = append(byType[o.typ], seen{o.loc.typ, types})
+		}
+	}
+	// The expert wins with the prior too, and Reset reports the task.
+	e, err := b.New(envadapters.Options{OptPlacementPrior: "0.8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := b.Tasks(envadapters.EvalSeen, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		if tr, won, _ := runExpert(t, e.(*Env), task); !won {
+			t.Fatalf("%s not solved with the prior:\n%s", task.ID, tr)
+		}
+		if got := e.(*Env).Task(); got.Goal != task.Goal || got.ID != task.ID {
+			t.Fatalf("Reset reports %+v for %+v", got, task)
+		}
 	}
 }

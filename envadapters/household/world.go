@@ -193,11 +193,18 @@ func eligible(fam string) map[string]bool {
 
 // generate builds the world of task (split, index). It retries internally
 // until the room can host a solvable task, so every index yields one.
-func generate(split envadapters.Split, index int) *world {
+//
+// prior is the share of objects placed where their type is usually kept
+// (preferredPlace) instead of anywhere: 0 is uniform placement, the
+// environment's default. The decision draws from a stream of its own, so
+// every prior gives the same room, goal and task line — only where the
+// objects start differs.
+func generate(split envadapters.Split, index int, prior float64) *world {
 	r := rand.New(rand.NewPCG(taskSeed(split, index), 0x4e5))
+	pr := rand.New(rand.NewPCG(taskSeed(split, index), 0x9a1))
 	fam := Families[index%len(Families)] // families evenly spread
 	for attempt := 0; ; attempt++ {
-		if w := tryGenerate(r, split, fam); w != nil {
+		if w := tryGenerate(r, pr, prior, split, fam); w != nil {
 			return w
 		}
 		if attempt > 200 {
@@ -206,7 +213,7 @@ func generate(split envadapters.Split, index int) *world {
 	}
 }
 
-func tryGenerate(r *rand.Rand, split envadapters.Split, fam string) *world {
+func tryGenerate(r, pr *rand.Rand, prior float64, split envadapters.Split, fam string) *world {
 	var cands []layout
 	for _, l := range layoutsFor(split) {
 		if familyFits(fam, l) {
@@ -294,6 +301,9 @@ func tryGenerate(r *rand.Rand, split envadapters.Split, fam string) *world {
 		counts[typ]++
 		o := &object{name: fmt.Sprintf("%s %d", typ, counts[typ]), typ: typ}
 		rc := where[r.IntN(len(where))]
+		if prior > 0 && pr.Float64() < prior {
+			rc = preferredPlace(typ, where)
+		}
 		o.loc = rc
 		rc.contents = append(rc.contents, o)
 		w.objects[o.name] = o
@@ -339,6 +349,24 @@ func tryGenerate(r *rand.Rand, split envadapters.Split, fam string) *world {
 	g.text = goalText(g, r)
 	w.goal = g
 	return w
+}
+
+// preferredPlace is where objects of type obj are usually kept among
+// where (listed in receptacle order): the first receptacle of the
+// receptacle type ranked highest for obj. The ranking is a fixed hash of
+// the two type names — arbitrary, but the same in every room, so "apples
+// are kept in the fridge" holds wherever there is a fridge, as ALFWorld's
+// object placements follow where such things are found in real homes.
+func preferredPlace(obj string, where []*recep) *recep {
+	best, bestRank := where[0], uint32(0)
+	for i, rc := range where {
+		h := fnv.New32a()
+		fmt.Fprintf(h, "%s|%s", obj, rc.typ)
+		if rank := h.Sum32(); i == 0 || rank < bestRank {
+			best, bestRank = rc, rank
+		}
+	}
+	return best
 }
 
 func hasRecep(w *world, typ string) bool {
