@@ -29,6 +29,7 @@ func benchCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "share-algos", Usage: "methods run at the T2 shares (default grpo,seed; with --quick seed)"},
 			&cli.Int64SliceFlag{Name: "seeds", Usage: "seeds (default 1,2,3; with --quick 1); finished runs of the folder are reused"},
 			&cli.BoolFlag{Name: "report", Usage: "rewrite the tables and plots from the finished experiments in --out; run nothing"},
+			envOptFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			log := logger(c)
@@ -40,6 +41,9 @@ func benchCommand() *cli.Command {
 				base, err = defaultRunConfig(c, log)
 			}
 			if err != nil {
+				return cli.Exit("bench: "+err.Error(), 2)
+			}
+			if err := addEnvOptFlags(c, &base.Env.Options); err != nil {
 				return cli.Exit("bench: "+err.Error(), 2)
 			}
 			if c.IsSet("iterations") {

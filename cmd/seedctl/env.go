@@ -129,6 +129,22 @@ func envOptFlags(c *cli.Context) (envadapters.Options, error) {
 	return opts, nil
 }
 
+// addEnvOptFlags sets the --env-opt options in a run config's
+// env.options, over what the config has.
+func addEnvOptFlags(c *cli.Context, into *map[string]string) error {
+	opts, err := envOptFlags(c)
+	if err != nil {
+		return err
+	}
+	for k, v := range opts {
+		if *into == nil {
+			*into = map[string]string{}
+		}
+		(*into)[k] = v
+	}
+	return nil
+}
+
 // envOptions reads --env-opt and --max-steps (0 keeps the env's own
 // limit) into env options.
 func envOptions(c *cli.Context) (envadapters.Options, error) {

@@ -153,15 +153,8 @@ func runCommand() *cli.Command {
 }
 
 func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) error {
-	opts, err := envOptFlags(c)
-	if err != nil {
+	if err := addEnvOptFlags(c, &cfg.Env.Options); err != nil {
 		return err
-	}
-	for k, v := range opts {
-		if cfg.Env.Options == nil {
-			cfg.Env.Options = map[string]string{}
-		}
-		cfg.Env.Options[k] = v
 	}
 	if v := c.String("algo"); v != "" {
 		cfg.Algo = v
