@@ -125,6 +125,12 @@ func Quick(base orchestrator.Config) Spec {
 		ShareAlgos: []string{orchestrator.AlgoSEED}, Seeds: []int64{1}, Budget: 20 * time.Minute}
 }
 
+// EmbeddedEvalEpisodes is the tasks per eval split of the bench's runs on
+// the embedded default (a single run evaluates on 200): the grid has dozens
+// of runs and its tables average seeds, and the committed results were
+// measured so.
+const EmbeddedEvalEpisodes = 50
+
 // Full is the paper's grid: all methods and baselines, five data shares,
 // three seeds.
 func Full(base orchestrator.Config) Spec {

@@ -58,6 +58,7 @@ func TestSummarizeTables(t *testing.T) {
 	}
 	dir := t.TempDir()
 	spec := Spec{Base: orchestrator.Default(), Algos: []string{"grpo", "seed", "static-skill"}, Shares: []float64{0.4}, Seeds: []int64{1, 2}}
+	spec.Base.Eval.Episodes = EmbeddedEvalEpisodes
 	if err := WriteResults(dir, spec, outs, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestSummarizeTables(t *testing.T) {
 		}
 	}
 	// T1 means 55 (GRPO), 75 (SEED), 40 (static) and 10 (base) → p = 45%; the
-	// default eval has 50 tasks: √(0.45·0.55/50) = 7.0 points.
+	// bench's evals have 50 tasks: √(0.45·0.55/50) = 7.0 points.
 	if !strings.Contains(string(md), "standard error of about 7.0 points at the table's mean success (45%)") {
 		t.Errorf("results.md lacks the eval noise line:\n%s", md)
 	}

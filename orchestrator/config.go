@@ -258,7 +258,12 @@ func Default() Config {
 	// took its eval-seen success from 7% to 1.5%, twelve iterations at 3e-5
 	// kept it at 5.5% (the reference 1e-6 is for 1.5B–7B models).
 	c.RL = RLConfig{Lambda: 0.01, Beta: 5, KLCoef: 0.01, ClipEps: 0.2, LR: 3e-5, WeightDecay: 0, ClipNorm: 1, MiniBatches: 1, MicroBatchTokens: 8192, MaxRefusals: 3, AdvEps: 1e-6}
-	c.Eval = EvalConfig{Every: 0, Episodes: 50}
+	// 200 tasks per split for the base and the final eval: a 50-task eval's
+	// success moves by ±6 points (one binomial std at 20%) between
+	// equivalent checkpoints, 200 tasks' by ±3, and the run's headline is
+	// the difference of two of them. Each 200-task eval takes about 80 s
+	// here. The bench grid keeps 50 (benchmarks.EmbeddedEvalEpisodes).
+	c.Eval = EvalConfig{Every: 0, Episodes: 200}
 	c.RescoreMaxTokens = 16384
 	c.RetryFor = Duration(2 * time.Minute)
 	return c

@@ -37,8 +37,8 @@ func benchCommand() *cli.Command {
 			var err error
 			if f := c.String("config"); f != "" {
 				base, err = orchestrator.Load(f)
-			} else {
-				base, err = defaultRunConfig(c, log)
+			} else if base, err = defaultRunConfig(c, log); err == nil {
+				base.Eval.Episodes = benchmarks.EmbeddedEvalEpisodes
 			}
 			if err != nil {
 				return cli.Exit("bench: "+err.Error(), 2)
