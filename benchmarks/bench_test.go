@@ -19,10 +19,20 @@ func outcome(algo string, share float64, seed int64, seen, unseen, iterS float64
 			vals[k] = v
 		}
 	}
+	lines := []orchestrator.MetricsLine{{Kind: "iteration", Iteration: 1, Values: vals}}
+	if algo != "static-skill" { // runs from before the metric have none
+		vals["first_action_agreement"] = 0.9
+		last := map[string]float64{}
+		for k, v := range vals {
+			last[k] = v
+		}
+		last["first_action_agreement"], last["success"] = 0.8, seen+0.1
+		lines = append(lines, orchestrator.MetricsLine{Kind: "iteration", Iteration: 2, Values: last})
+	}
 	return Outcome{Experiment: Experiment{Algo: algo, DataShare: share, Seed: seed}, Done: true, Seconds: 60,
 		Base:    &orchestrator.EvalPoint{Seen: 0.1, Unseen: 0.05},
 		Final:   &orchestrator.EvalPoint{Seen: seen, Unseen: unseen, UnseenByFamily: map[string]float64{"heat": unseen}},
-		Metrics: []orchestrator.MetricsLine{{Kind: "iteration", Iteration: 1, Values: vals}}}
+		Metrics: lines}
 }
 
 func TestSummarizeTables(t *testing.T) {
@@ -50,6 +60,9 @@ func TestSummarizeTables(t *testing.T) {
 	if f.RunsTotal != "8m0s" || f.HasScore {
 		t.Errorf("runs total %q (want 8m0s, eight finished runs of a minute), has score %v (household reports none)", f.RunsTotal, f.HasScore)
 	}
+	if _, ok := f.Exploration["static-skill"]; ok {
+		t.Errorf("static-skill's runs have no first-action agreement, yet T7 has a row: %v", f.Exploration["static-skill"])
+	}
 	if _, ok := f.Diagnostics["grpo"]; ok {
 		t.Errorf("GRPO has distillation diagnostics: %v", f.Diagnostics["grpo"])
 	}
@@ -65,6 +78,7 @@ func TestSummarizeTables(t *testing.T) {
 	md, _ := os.ReadFile(filepath.Join(dir, "results.md"))
 	for _, want := range []string{"| seed | 75.0 ± 7.1 | 55.0 ± 7.1 |", "**40%**", "| heat | 35.0 ± 7.1 | 55.0 ± 7.1 |", "**1.30**", "time budget 1m spent",
 		"| static-skill | 40.0 (1 of 2 seeds) | 20.0 (1 of 2 seeds) |",
+		"| seed | 0.90 ± 0.00 | 0.80 ± 0.00 | 75.0 ± 7.1 | 85.0 ± 7.1 |", "| grpo | 0.90 ± 0.00 | 0.80 ± 0.00 | 55.0 ± 7.1 | 65.0 ± 7.1 |",
 		"| seed | 50.0 ± 0.0 | 25.0 ± 0.0 | 0.47 ± 0.00 | 40.0 ± 0.0 | -0.100 ± 0.000 | 0.020 ± 0.000 | 10.0 ± 0.0 | 0.62 ± 0.00 | 70.0 ± 0.0 | 0.300 ± 0.000 | 0.500 ± 0.000 | — |",
 		"| seed | 6.5 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 | 13.0 ± 0.0 | 900.0 ± 0.0 |"} {
 		if !strings.Contains(string(md), want) {

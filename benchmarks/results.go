@@ -105,6 +105,11 @@ type Figures struct {
 	// distills (mean over iterations and seeds): what to look at when SEED
 	// does not beat GRPO.
 	Diagnostics map[string]map[string]Stat `json:"t6_distillation_diagnostics"`
+	// Exploration is each method's first-action agreement and rollout
+	// success in its first and last iteration: whether the policy samples
+	// more than one opening per task, without which neither RL nor a
+	// distillation loss on sampled tokens can find a better one.
+	Exploration map[string]map[string]Stat `json:"t7_exploration,omitempty"`
 	Skipped     []string                   `json:"skipped,omitempty"`
 	// RunSeconds is each finished experiment's wall time; RunsTotal their sum.
 	RunSeconds map[string]float64 `json:"run_seconds,omitempty"`
@@ -132,6 +137,7 @@ func Summarize(outs []Outcome) Figures {
 	fam := map[string]map[string][]float64{}
 	cost := map[string]map[string][]float64{}
 	diag := map[string]map[string][]float64{}
+	explore := map[string]map[string][]float64{}
 	// Prompting-only is the base policy, evaluated before training in every
 	// run: it counts once per seed.
 	baseSeeds := map[int64]bool{}
@@ -161,10 +167,21 @@ func Summarize(outs []Outcome) Figures {
 		for fm, v := range o.Final.UnseenByFamily {
 			put(fam, o.Algo, fm, 100*v)
 		}
+		var iters []orchestrator.MetricsLine
 		for _, l := range o.Metrics {
-			if l.Kind != "iteration" {
-				continue
+			if l.Kind == "iteration" {
+				iters = append(iters, l)
 			}
+		}
+		if n := len(iters); n > 0 {
+			if _, ok := iters[0].Values["first_action_agreement"]; ok {
+				put(explore, o.Algo, "agreement_first", iters[0].Values["first_action_agreement"])
+				put(explore, o.Algo, "agreement_last", iters[n-1].Values["first_action_agreement"])
+				put(explore, o.Algo, "success_first", 100*iters[0].Values["success"])
+				put(explore, o.Algo, "success_last", 100*iters[n-1].Values["success"])
+			}
+		}
+		for _, l := range iters {
 			for _, k := range []string{"rollout_s", "analysis_s", "rescore_s", "update_s", "publish_s", "iteration_s", "analysis_tokens"} {
 				put(cost, o.Algo, k, l.Values[k])
 			}
@@ -179,6 +196,9 @@ func Summarize(outs []Outcome) Figures {
 	}
 	f.RunsTotal = (time.Duration(total) * time.Second).String()
 	f.Main, f.ShareSeen, f.Families, f.Cost, f.Diagnostics = stats(collect), stats(share), stats(fam), stats(cost), stats(diag)
+	if len(explore) > 0 {
+		f.Exploration = stats(explore)
+	}
 	f.ShareNeeded = "not reached"
 	if g, ok := f.ShareSeen[orchestrator.AlgoGRPO]["100%"]; ok {
 		var shares []string
@@ -314,6 +334,14 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 				pctStat(d["decision_share"]), d["decision_gate_mean"].fixed(2), pctStat(d["decision_positive_shift"]), d["decision_mean_shift"].fixed(3), d["decision_mean_shift_pos_adv"].fixed(3), d["decision_mean_shift_neg_adv"].fixed(3))
 		}
 		b.WriteString("\nReading it: Δ = ℓᵀ − ℓold is how much the skill in context changes the log-prob of each sampled token. A gate near 0.50 with Δ > 0 on about half the tokens and a mean Δ near 0 means the skills barely move the policy — the distillation term is then noise of weight λ, and SEED can only match GRPO. A strong teacher shows Δ far from 0 on many tokens (the gate spread towards 0 and 1). A nearly deterministic policy gives its sampled tokens ℓ ≈ 0, where Δ cannot be positive and the gate stays at 0.5 whatever the skill says; the decision columns keep only the tokens the policy was unsure of (p < 0.9), where a teacher can show what it endorses; split by the trajectory's advantage, a teacher that knows what went right raises the decisions of trajectories that beat their group (A>0) more than the others' (A<0), while a context that moves every decision alike — as a skill from another episode (random-skill) can — shows no gap (— where the runs predate these figures).\n")
+	}
+	if len(f.Exploration) > 0 {
+		b.WriteString("\n## T7 exploration at the first decision (training rollouts, first and last iteration)\n\n| method | first-action agreement, first | last | rollout success %, first | last |\n|---|---|---|---|---|\n")
+		for _, a := range sortedKeys(f.Exploration) {
+			e := f.Exploration[a]
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", a, e["agreement_first"].fixed(2), e["agreement_last"].fixed(2), e["success_first"].fixed(1), e["success_last"].fixed(1))
+		}
+		b.WriteString("\nReading it: first-action agreement is the share of a task's G samples that open with the task's most common first action (1: one opening per task). GRPO can only prefer openings it sampled, and SEED's distillation loss is on sampled tokens, so a teacher that knows a better opening (the hindsight skill names where the object was) cannot teach it unless the policy sometimes samples it. Agreement near 1 means whatever the skills know about where to go first stays out of reach.\n")
 	}
 	if len(f.Skipped) > 0 {
 		b.WriteString("\nNot run or unfinished: " + strings.Join(f.Skipped, "; ") + "\n")

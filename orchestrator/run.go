@@ -664,6 +664,7 @@ func (r *run) iterate(ctx context.Context, k int) error {
 
 	vals["success"], vals["mean_return"], vals["mean_steps"], vals["invalid_rate"] = met.Success, met.MeanReturn, met.MeanSteps, met.InvalidRate
 	vals["score"], vals["tokens_generated"], vals["episodes"] = met.MeanScore, float64(met.TokensGenerated), float64(met.Episodes)
+	vals["first_action_agreement"] = met.FirstActionAgreement
 	vals["iteration_s"] = time.Since(t0).Seconds()
 	lines := []MetricsLine{{Kind: "iteration", Iteration: k, Time: time.Now(), Values: vals, PerFamily: met.SuccessByFamily}}
 	if err := appendMetrics(r.dir.metrics(), lines...); err != nil {

@@ -342,6 +342,52 @@ type Metrics struct {
 	TokensGenerated int                `json:"tokens_generated"`
 	EnvErrors       int                `json:"env_errors"`
 	EpisodesPerSec  float64            `json:"episodes_per_s"`
+	// FirstActionAgreement is how alike a group's samples begin: the share
+	// of a group's trajectories whose first action is the group's most
+	// common one, averaged over groups of two or more (0 without any).
+	// 1 means the policy samples one opening per task; then RL, and a
+	// distillation loss on sampled tokens, can only reinforce that opening,
+	// never find a better one.
+	FirstActionAgreement float64 `json:"first_action_agreement"`
+}
+
+// firstActionAgreement: see Metrics.FirstActionAgreement. A trajectory
+// without steps opens with "".
+func firstActionAgreement(trajs []*Trajectory) float64 {
+	type key struct {
+		task  string
+		group int
+	}
+	firsts := map[key]map[string]int{}
+	size := map[key]int{}
+	for _, t := range trajs {
+		k := key{t.Task.ID, t.Group}
+		if firsts[k] == nil {
+			firsts[k] = map[string]int{}
+		}
+		a := ""
+		if len(t.Steps) > 0 {
+			a = t.Steps[0].Action
+		}
+		firsts[k][a]++
+		size[k]++
+	}
+	sum, groups := 0.0, 0
+	for k, counts := range firsts {
+		if size[k] < 2 {
+			continue
+		}
+		top := 0
+		for _, c := range counts {
+			top = max(top, c)
+		}
+		sum += float64(top) / float64(size[k])
+		groups++
+	}
+	if groups == 0 {
+		return 0
+	}
+	return sum / float64(groups)
 }
 
 // Summarize computes metrics; elapsed is the wall time of the rollout.
@@ -385,6 +431,7 @@ func Summarize(trajs []*Trajectory, elapsed time.Duration) Metrics {
 	for _, f := range fams {
 		m.SuccessByFamily[f] /= float64(famN[f])
 	}
+	m.FirstActionAgreement = firstActionAgreement(trajs)
 	if elapsed > 0 {
 		m.EpisodesPerSec = n / elapsed.Seconds()
 	}

@@ -189,6 +189,34 @@ func checkChatPrompts(t *testing.T, p *Policy, tr *Trajectory) {
 	}
 }
 
+func TestFirstActionAgreement(t *testing.T) {
+	traj := func(task string, group int, first string) *Trajectory {
+		tr := &Trajectory{Task: envadapters.Task{ID: task, Family: "f"}, Group: group}
+		if first != "" {
+			tr.Steps = []Step{{Action: first}, {Action: "look"}}
+		}
+		return tr
+	}
+	tests := []struct {
+		name  string
+		trajs []*Trajectory
+		want  float64
+	}{
+		{"one opening per group", []*Trajectory{traj("a", 0, "go to x"), traj("a", 0, "go to x"), traj("b", 1, "look"), traj("b", 1, "look")}, 1},
+		{"3 of 4, then 2 of 4", []*Trajectory{traj("a", 0, "go to x"), traj("a", 0, "go to x"), traj("a", 0, "go to x"), traj("a", 0, "go to y"),
+			traj("b", 1, "go to x"), traj("b", 1, "go to y"), traj("b", 1, "go to y"), traj("b", 1, "go to z")}, (0.75 + 0.5) / 2},
+		{"all different", []*Trajectory{traj("a", 0, "go to x"), traj("a", 0, "go to y")}, 0.5},
+		{"the same task in two groups is two groups", []*Trajectory{traj("a", 0, "go to x"), traj("a", 0, "go to x"), traj("a", 1, "go to y"), traj("a", 1, "go to z")}, 0.75},
+		{"no steps count as one opening", []*Trajectory{traj("a", 0, ""), traj("a", 0, ""), traj("a", 0, "look")}, 2.0 / 3},
+		{"groups of one are left out", []*Trajectory{traj("a", 0, "go to x"), traj("b", 1, "go to y")}, 0},
+	}
+	for _, tc := range tests {
+		if got := Summarize(tc.trajs, 0).FirstActionAgreement; math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("%s: agreement %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestExtractAction(t *testing.T) {
 	adm := []string{"go to cabinet 1", "look"}
 	tests := []struct {

@@ -104,6 +104,9 @@ func TestRunEndToEndTinyModel(t *testing.T) {
 					t.Errorf("iteration %d metrics lack %s", l.Iteration, key)
 				}
 			}
+			if a := l.Values["first_action_agreement"]; a < 1.0/float64(cfg.Rollout.GroupSize) || a > 1 {
+				t.Errorf("iteration %d first-action agreement %v, want a share in [1/G, 1]", l.Iteration, a)
+			}
 			// The random model's answers are a few dozen tokens each: the
 			// self-analysis cost is counted.
 			if l.Values["analysis_tokens"] < 1 || l.Values["analysis_prompt_tokens"] <= l.Values["analysis_tokens"] {
