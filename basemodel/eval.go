@@ -50,11 +50,7 @@ type EvalResult struct {
 // solving that task in an environment with opts (its step limit aside): the
 // "useful advice in context" base models must be able to use.
 func OracleHints(ctx context.Context, b envadapters.Builtin, tasks []envadapters.Task, opts envadapters.Options) (map[string]string, error) {
-	demo := envadapters.Options{}
-	for k, v := range opts {
-		demo[k] = v
-	}
-	demo["max_steps"] = "50"
+	demo := opts.With("max_steps", "50")
 	tmpl := rollout.TemplateFor(b.Name())
 	out := map[string]string{}
 	oracle := &skills.OracleAnalyzer{K: 0}
@@ -108,12 +104,9 @@ func Evaluate(ctx context.Context, cfg EvalConfig, log zerolog.Logger, progress 
 	if cfg.MaxTokens > 0 {
 		rc.MaxTokensPerTurn = cfg.MaxTokens
 	}
-	rc.EnvOptions = envadapters.Options{}
-	for k, v := range cfg.EnvOptions {
-		rc.EnvOptions[k] = v
-	}
+	rc.EnvOptions = cfg.EnvOptions
 	if cfg.MaxSteps > 0 {
-		rc.EnvOptions["max_steps"] = fmt.Sprint(cfg.MaxSteps)
+		rc.EnvOptions = cfg.EnvOptions.With("max_steps", fmt.Sprint(cfg.MaxSteps))
 	}
 	if cfg.Mode != "" {
 		rc.Mode = cfg.Mode

@@ -160,7 +160,7 @@ func TaskID(env string, split Split, index int) string {
 // Int reads an integer option with a default, naming the option on error.
 func (o Options) Int(key string, def int) (int, error) {
 	v, ok := o[key]
-	if !ok || v == "" {
+	if !ok || strings.TrimSpace(v) == "" {
 		return def, nil
 	}
 	var n int
@@ -168,6 +168,16 @@ func (o Options) Int(key string, def int) (int, error) {
 		return 0, fmt.Errorf("option %s=%q: want an integer", key, v)
 	}
 	return n, nil
+}
+
+// With returns a copy of o with key set to value (o is not changed).
+func (o Options) With(key, value string) Options {
+	out := make(Options, len(o)+1)
+	for k, v := range o {
+		out[k] = v
+	}
+	out[key] = value
+	return out
 }
 
 // Float reads a number option with a default, naming the option on error.

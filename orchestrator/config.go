@@ -391,14 +391,10 @@ func (c Config) rolloutConfig(seed int64) rollout.Config {
 		r.MaxInFlight = c.Rollout.MaxInFlight
 	}
 	r.Seed = seed
-	opts := envadapters.Options{}
-	for k, v := range c.Env.Options {
-		opts[k] = v
-	}
+	r.EnvOptions = envadapters.Options(c.Env.Options)
 	if c.Env.MaxSteps > 0 {
-		opts["max_steps"] = fmt.Sprint(c.Env.MaxSteps)
+		r.EnvOptions = r.EnvOptions.With("max_steps", fmt.Sprint(c.Env.MaxSteps))
 	}
-	r.EnvOptions = opts
 	return r
 }
 

@@ -153,7 +153,7 @@ func envOptions(c *cli.Context) (envadapters.Options, error) {
 		return nil, err
 	}
 	if n := c.Int("max-steps"); n != 0 {
-		opts["max_steps"] = strconv.Itoa(n)
+		return opts.With("max_steps", strconv.Itoa(n)), nil
 	}
 	return opts, nil
 }
