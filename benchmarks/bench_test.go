@@ -98,6 +98,16 @@ func TestSummarizeTables(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	// `--shares 1` (T1 alone): T2 has the one 100% column.
+	t1 := spec
+	t1.Shares = []float64{1}
+	if err := WriteResults(dir, t1, outs[:4], 0); err != nil {
+		t.Fatal(err)
+	}
+	md, _ = os.ReadFile(filepath.Join(dir, "results.md"))
+	if !strings.Contains(string(md), "| method | 100% |\n|---|---|\n| grpo | 55.0 ± 7.1 |") {
+		t.Errorf("T2 with share 1 alone:\n%s", md)
+	}
 }
 
 func TestGridAndValidate(t *testing.T) {

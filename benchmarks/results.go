@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -296,6 +297,7 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 	b.WriteString("\n## T2 sample efficiency (eval-seen success by share of training tasks)\n\n| method |")
 	shares := append(append([]float64{}, spec.Shares...), 1)
 	sort.Float64s(shares)
+	shares = slices.Compact(shares) // `--shares 1` asks for T1 alone: one 100% column
 	for _, s := range shares {
 		fmt.Fprintf(&b, " %s |", shareKey(s))
 	}
