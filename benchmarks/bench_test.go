@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/seedctl/seedctl/orchestrator"
 )
@@ -101,10 +102,16 @@ func TestSummarizeTables(t *testing.T) {
 	// `--shares 1` (T1 alone): T2 has the one 100% column.
 	t1 := spec
 	t1.Shares = []float64{1}
-	if err := WriteResults(dir, t1, outs[:4], 0); err != nil {
+	if strings.Contains(string(md), "this invocation") {
+		t.Errorf("a rewrite that ran nothing reports its own time:\n%s", md)
+	}
+	if err := WriteResults(dir, t1, outs[:4], 90*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	md, _ = os.ReadFile(filepath.Join(dir, "results.md"))
+	if !strings.Contains(string(md), "(this invocation 1m30s)") {
+		t.Errorf("the invocation's time is missing:\n%s", md)
+	}
 	if !strings.Contains(string(md), "| method | 100% |\n|---|---|\n| grpo | 55.0 ± 7.1 |") {
 		t.Errorf("T2 with share 1 alone:\n%s", md)
 	}

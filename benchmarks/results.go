@@ -273,8 +273,20 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 	if spec.Base.TrainTasks > 0 {
 		set = fmt.Sprintf("%d training tasks", spec.Base.TrainTasks)
 	}
-	fmt.Fprintf(&b, "Model `%s`; %d iterations × %d tasks × %d trajectories per run; training set %s (data shares are of it); seeds %v; wall time of the finished runs %s (this invocation %s). Success in %% on %d eval tasks per split (greedy, plain prompts), mean ± std over seeds.\n\n",
-		spec.Base.Model, spec.Base.Iterations, spec.Base.TasksPerIteration, spec.Base.Rollout.GroupSize, set, spec.Seeds, f.RunsTotal, f.Duration, spec.Base.Eval.Episodes)
+	invocation := "" // a --report rewrite runs nothing
+	if took >= time.Second {
+		invocation = " (this invocation " + f.Duration + ")"
+	}
+	env := ""
+	if keys := sortedKeys(spec.Base.Env.Options); len(keys) > 0 {
+		var kv []string
+		for _, k := range keys {
+			kv = append(kv, fmt.Sprintf("`%s=%s`", k, spec.Base.Env.Options[k]))
+		}
+		env = "; environment options " + strings.Join(kv, ", ")
+	}
+	fmt.Fprintf(&b, "Model `%s`%s; %d iterations × %d tasks × %d trajectories per run; training set %s (data shares are of it); seeds %v; wall time of the finished runs %s%s. Success in %% on %d eval tasks per split (greedy, plain prompts), mean ± std over seeds.\n\n",
+		spec.Base.Model, env, spec.Base.Iterations, spec.Base.TasksPerIteration, spec.Base.Rollout.GroupSize, set, spec.Seeds, f.RunsTotal, invocation, spec.Base.Eval.Episodes)
 	head, rule := "| method | eval-seen | eval-unseen |", "|---|---|---|"
 	if f.HasScore {
 		head, rule = head+" score |", rule+"---|"

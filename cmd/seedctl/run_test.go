@@ -309,4 +309,15 @@ func TestBenchGridFlags(t *testing.T) {
 	if _, err := runApp(t, "bench", "--config", file, "--out", t.TempDir(), "--report", "--algos", "ppo"); err == nil || !strings.Contains(err.Error(), "ppo") {
 		t.Errorf("unknown method: %v", err)
 	}
+	// --env-opt reaches every experiment's config, checked by the env.
+	if _, err := runApp(t, "bench", "--config", file, "--out", t.TempDir(), "--report", "--env-opt", "placement_prior=2"); err == nil || !strings.Contains(err.Error(), "placement_prior") {
+		t.Errorf("out-of-range env option: %v", err)
+	}
+	prior := t.TempDir()
+	if _, err := runApp(t, "bench", "--config", file, "--out", prior, "--report", "--algos", "grpo", "--shares", "1", "--seeds", "1", "--env-opt", "placement_prior=0.8"); err != nil {
+		t.Fatal(err)
+	}
+	if md, _ := os.ReadFile(filepath.Join(prior, "results.md")); !strings.Contains(string(md), "`placement_prior=0.8`") {
+		t.Errorf("results.md does not say which environment options the grid ran with:\n%s", md)
+	}
 }
