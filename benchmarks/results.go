@@ -196,10 +196,7 @@ func Summarize(outs []Outcome) Figures {
 		}
 	}
 	f.RunsTotal = (time.Duration(total) * time.Second).String()
-	f.Main, f.ShareSeen, f.Families, f.Cost, f.Diagnostics = stats(collect), stats(share), stats(fam), stats(cost), stats(diag)
-	if len(explore) > 0 {
-		f.Exploration = stats(explore)
-	}
+	f.Main, f.ShareSeen, f.Families, f.Cost, f.Diagnostics, f.Exploration = stats(collect), stats(share), stats(fam), stats(cost), stats(diag), stats(explore)
 	f.ShareNeeded = "not reached"
 	if g, ok := f.ShareSeen[orchestrator.AlgoGRPO]["100%"]; ok {
 		var shares []string

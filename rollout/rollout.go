@@ -359,7 +359,6 @@ func firstActionAgreement(trajs []*Trajectory) float64 {
 		group int
 	}
 	firsts := map[key]map[string]int{}
-	size := map[key]int{}
 	for _, t := range trajs {
 		k := key{t.Task.ID, t.Group}
 		if firsts[k] == nil {
@@ -370,18 +369,17 @@ func firstActionAgreement(trajs []*Trajectory) float64 {
 			a = t.Steps[0].Action
 		}
 		firsts[k][a]++
-		size[k]++
 	}
 	sum, groups := 0.0, 0
-	for k, counts := range firsts {
-		if size[k] < 2 {
+	for _, counts := range firsts {
+		top, size := 0, 0
+		for _, c := range counts {
+			top, size = max(top, c), size+c
+		}
+		if size < 2 {
 			continue
 		}
-		top := 0
-		for _, c := range counts {
-			top = max(top, c)
-		}
-		sum += float64(top) / float64(size[k])
+		sum += float64(top) / float64(size)
 		groups++
 	}
 	if groups == 0 {
