@@ -73,6 +73,17 @@ func (o *Optimizer) Step(maxNorm float64) (norm float64, err error) {
 type SFTExample struct {
 	IDs  []int
 	Loss []bool
+	// Weight scales the example's loss (0: 1). Weight k trains like k
+	// copies of the example in the epoch, for the compute of one.
+	Weight float64 `json:",omitempty"`
+}
+
+// weight is the example's loss weight.
+func (e SFTExample) weight() float64 {
+	if e.Weight == 0 {
+		return 1
+	}
+	return e.Weight
 }
 
 // SFTConfig configures supervised fine-tuning.
@@ -88,9 +99,10 @@ type SFTConfig struct {
 	Seed        uint64
 	// MaxRefusals stops training after this many non-finite steps in a row.
 	MaxRefusals int
-	// MicroBatchTokens bounds the padded tokens of one forward/backward;
-	// a step's gradients accumulate over its micro-batches (0: one
-	// micro-batch per step).
+	// MicroBatchTokens bounds the padded tokens of one forward/backward
+	// (a longer row is a micro-batch of its own); a step's gradients
+	// accumulate over its micro-batches, formed from rows of similar length
+	// (0: one micro-batch per step).
 	MicroBatchTokens int `json:",omitempty"`
 	// Pack puts several short examples into one row (each attends only to
 	// itself, positions restart), so little compute goes to padding.
@@ -113,8 +125,8 @@ func (c SFTConfig) Validate() error {
 		return fmt.Errorf("sft config: lr %v must be positive, min_lr_frac and warmup_frac in [0, 1)", c.LR)
 	case c.MaxRefusals < 1:
 		return fmt.Errorf("sft config: max_refusals %d must be at least 1", c.MaxRefusals)
-	case c.MicroBatchTokens < 0 || (c.MicroBatchTokens > 0 && c.MicroBatchTokens < c.MaxLen):
-		return fmt.Errorf("sft config: micro_batch_tokens %d must be 0 or at least max_len (%d)", c.MicroBatchTokens, c.MaxLen)
+	case c.MicroBatchTokens < 0:
+		return fmt.Errorf("sft config: micro_batch_tokens %d must not be negative", c.MicroBatchTokens)
 	}
 	return nil
 }
@@ -178,6 +190,9 @@ func TrainSFT(ctx context.Context, m *Model, data []SFTExample, cfg SFTConfig, p
 	for i, ex := range data {
 		if len(ex.IDs) != len(ex.Loss) || len(ex.IDs) < 2 || len(ex.IDs) > cfg.MaxLen {
 			return fmt.Errorf("sft: example %d has %d ids, %d loss marks (want equal, 2..%d)", i, len(ex.IDs), len(ex.Loss), cfg.MaxLen)
+		}
+		if !(ex.Weight >= 0) || math.IsInf(ex.Weight, 0) {
+			return fmt.Errorf("sft: example %d has weight %v (want a finite weight >= 0; 0 means 1)", i, ex.Weight)
 		}
 	}
 	opt, err := m.NewAdamW(cfg.LR, cfg.WeightDecay)
@@ -244,12 +259,23 @@ func countTrained(data []SFTExample, batch []int) int {
 	return n
 }
 
+// weightedTrained is countTrained with each token counted at its
+// example's weight: the denominator of the step's weighted mean NLL.
+func weightedTrained(data []SFTExample, batch []int) float64 {
+	n := 0.0
+	for _, i := range batch {
+		n += data[i].weight() * float64(countTrained(data, []int{i}))
+	}
+	return n
+}
+
 // accumulate runs one step's forward/backward passes: the batch's examples
 // split into micro-batches (packed into rows when Pack), each gradient
-// scaled by the whole step's trained-token count, so the accumulated
-// gradient is that of the step's mean NLL. It returns that mean.
+// scaled by the whole step's (weighted) trained-token count, so the
+// accumulated gradient is that of the step's weighted mean NLL. It returns
+// that mean.
 func (c SFTConfig) accumulate(m *Model, data []SFTExample, batch []int) (float64, error) {
-	total := countTrained(data, batch)
+	total := weightedTrained(data, batch)
 	if total == 0 {
 		return 0, fmt.Errorf("sft: a batch of %d examples has no trained tokens", len(batch))
 	}
@@ -265,21 +291,23 @@ func (c SFTConfig) accumulate(m *Model, data []SFTExample, batch []int) (float64
 			rows = append(rows, []int{i})
 		}
 	}
-	loss := 0.0
-	idx := make([]int, len(rows))
-	for i := range idx {
-		idx[i] = i
+	// Micro-batches of rows of similar length (microBatches), each padded
+	// only to its own longest row; the step's gradient is the same sum.
+	lens := make([]int, len(rows))
+	for i, r := range rows {
+		lens[i] = rowLen(data, r)
 	}
-	for _, mb := range groupPadded(idx, func(i int) int { return rowLen(data, rows[i]) }, limit) {
+	loss := 0.0
+	for _, mb := range microBatches(lens, limit) {
 		group := make([][]int, len(mb))
 		for k, i := range mb {
 			group[k] = rows[i]
 		}
-		in, targets, n := sftRows(data, group)
+		in, targets, weights, n := sftRows(data, group)
 		if n == 0 {
 			continue
 		}
-		l, err := m.nllBackward(in, targets, total)
+		l, err := m.nllBackward(in, targets, weights, total)
 		if err != nil {
 			return loss, err
 		}
@@ -324,19 +352,31 @@ func packRows(data []SFTExample, batch []int, maxLen int) [][]int {
 }
 
 // sftRows builds the model input for rows of (packed) examples: each
-// example is its own segment with positions from 0.
-func sftRows(data []SFTExample, rows [][]int) (Input, [][]int, int) {
+// example is its own segment with positions from 0. weights is nil when
+// every example weighs 1, else each target's example weight.
+func sftRows(data []SFTExample, rows [][]int) (in Input, targets [][]int, weights [][]float32, n int) {
+	weighted := false
+	for _, r := range rows {
+		for _, i := range r {
+			weighted = weighted || data[i].weight() != 1
+		}
+	}
 	width := 0
 	for _, r := range rows {
 		width = max(width, rowLen(data, r))
 	}
-	in := Input{IDs: make([][]int, len(rows)), Segments: make([][]int, len(rows)), Positions: make([][]int, len(rows))}
-	targets := make([][]int, len(rows))
-	n := 0
+	in = Input{IDs: make([][]int, len(rows)), Segments: make([][]int, len(rows)), Positions: make([][]int, len(rows))}
+	targets = make([][]int, len(rows))
+	if weighted {
+		weights = make([][]float32, len(rows))
+	}
 	for b, r := range rows {
 		in.IDs[b], in.Segments[b], in.Positions[b], targets[b] = make([]int, width), make([]int, width), make([]int, width), make([]int, width)
 		for k := range targets[b] {
 			targets[b][k] = -1
+		}
+		if weighted {
+			weights[b] = make([]float32, width)
 		}
 		at := 0
 		for seg, i := range r {
@@ -348,10 +388,13 @@ func sftRows(data []SFTExample, rows [][]int) (Input, [][]int, int) {
 				if ex.Loss[k+1] {
 					targets[b][at] = ex.IDs[k+1]
 					n++
+					if weighted {
+						weights[b][at] = float32(ex.weight())
+					}
 				}
 				at++
 			}
 		}
 	}
-	return in, targets, n
+	return in, targets, weights, n
 }

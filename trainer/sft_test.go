@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"runtime"
 	"testing"
 
@@ -124,6 +125,7 @@ func TestSFTConfigValidate(t *testing.T) {
 		func(c *SFTConfig) { c.MaxLen = c.BatchTokens + 1 },
 		func(c *SFTConfig) { c.LR = 0 },
 		func(c *SFTConfig) { c.WarmupFrac = 1 },
+		func(c *SFTConfig) { c.MicroBatchTokens = -1 },
 	} {
 		c := DefaultSFTConfig()
 		mut(&c)
@@ -164,7 +166,72 @@ func TestSFTPackingAndAccumulationMatchPlainBatch(t *testing.T) {
 	if math.Abs(l0-l1) > 1e-5 || math.Abs(n0-n1) > 1e-5*n0 {
 		t.Errorf("plain batch: loss %v grad norm %v; packed in micro-batches: %v %v", l0, n0, l1, n1)
 	}
+	// Micro-batches smaller than the longest example (which then goes
+	// alone), formed from rows of similar length.
+	micro := plain
+	micro.MicroBatchTokens = 16
+	if err := micro.Validate(); err != nil {
+		t.Fatalf("micro-batches shorter than max_len refused: %v", err)
+	}
+	l2, n2 := grad(micro)
+	if math.Abs(l0-l2) > 1e-5 || math.Abs(n0-n2) > 1e-5*n0 {
+		t.Errorf("plain batch: loss %v grad norm %v; in micro-batches of 16 tokens: %v %v", l0, n0, l2, n2)
+	}
 	if rows := packRows(data, batch, 32); len(rows) >= len(data) {
 		t.Errorf("packing made %d rows for %d examples", len(rows), len(data))
+	}
+}
+
+// microBatches puts rows of similar length together, so short rows are not
+// padded to a long one's width; a row over the limit goes alone.
+func TestMicroBatchesGroupSimilarLengths(t *testing.T) {
+	for _, tc := range []struct {
+		lens  []int
+		limit int
+		want  [][]int
+	}{
+		{[]int{5, 100, 6, 99, 7}, 200, [][]int{{1, 3}, {4, 2, 0}}},
+		{[]int{5, 300, 6}, 200, [][]int{{1}, {2, 0}}},
+		{[]int{10, 10, 10}, 20, [][]int{{0, 1}, {2}}},
+	} {
+		got := microBatches(tc.lens, tc.limit)
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("microBatches(%v, %d) = %v, want %v", tc.lens, tc.limit, got, tc.want)
+		}
+	}
+}
+
+// An example of weight k gives a step the loss and gradient of k copies.
+func TestSFTWeightIsCopies(t *testing.T) {
+	data := copyTask(3, 9)
+	grad := func(data []SFTExample) (float64, float64) {
+		m, _ := newTiny(t, ArchQwen2, 21)
+		opt, _ := m.NewAdamW(1e-3, 0)
+		batch := make([]int, len(data))
+		for i := range batch {
+			batch[i] = i
+		}
+		cfg := DefaultSFTConfig()
+		cfg.BatchTokens, cfg.MaxLen = 4096, 32
+		loss, err := cfg.accumulate(m, data, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		norm, _ := opt.GradNorm()
+		return loss, norm
+	}
+	copies := []SFTExample{data[0], data[0], data[0], data[1], data[2]}
+	weighted := []SFTExample{data[0], data[1], data[2]}
+	weighted[0].Weight = 3
+	l0, n0 := grad(copies)
+	l1, n1 := grad(weighted)
+	if math.Abs(l0-l1) > 1e-5 || math.Abs(n0-n1) > 1e-5*n0 {
+		t.Errorf("three copies: loss %v grad norm %v; weight 3: %v %v", l0, n0, l1, n1)
+	}
+	m, _ := newTiny(t, ArchQwen2, 3)
+	bad := []SFTExample{data[0]}
+	bad[0].Weight = -1
+	if err := TrainSFT(context.Background(), m, bad, DefaultSFTConfig(), nil); err == nil {
+		t.Error("a negative weight accepted")
 	}
 }
