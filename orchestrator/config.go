@@ -347,6 +347,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: train_tasks %d must be >= 0 (0: the whole train split)", c.TrainTasks)
 	case c.Rollout.GroupSize < 2:
 		return fmt.Errorf("config: rollout.group_size %d must be at least 2 (GRPO groups)", c.Rollout.GroupSize)
+	case !(c.Rollout.Temperature > 0):
+		return fmt.Errorf("config: rollout.temperature %v must be positive (greedy groups are identical, and the trainer scores tokens at the sampling temperature)", c.Rollout.Temperature)
+	case c.RL.ServerOldLogP && c.Rollout.Temperature != 1:
+		return fmt.Errorf("config: rl.server_old_logp needs rollout.temperature 1, not %v: servers return log-probs of the unscaled distribution, the trainer's are at the sampling temperature", c.Rollout.Temperature)
 	case c.RL.LRSchedule != "" && c.RL.LRSchedule != LRConstant && c.RL.LRSchedule != LRCosine:
 		return fmt.Errorf("config: rl.lr_schedule %q: want %q or %q", c.RL.LRSchedule, LRConstant, LRCosine)
 	case c.RL.WarmupSteps < 0 || c.RL.MinLRFrac < 0 || c.RL.MinLRFrac > 1:
@@ -380,6 +384,12 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// learnerSpec is what the learner loads: the policy and reference
+// checkpoints, trained at the rollouts' sampling temperature.
+func (c Config) learnerSpec(policy, reference string) LearnerSpec {
+	return LearnerSpec{Policy: policy, Reference: reference, RL: c.RL, Seed: uint64(c.Seed), Temperature: c.Rollout.Temperature}
 }
 
 // rolloutConfig is the rollout package's config for one iteration.

@@ -67,6 +67,11 @@ type LearnerSpec struct {
 	Policy, Reference string
 	RL                RLConfig
 	Seed              uint64
+	// Temperature is the rollouts' sampling temperature: the learner's
+	// log-probs (ℓθ, recomputed ℓold, the teacher's and the reference's)
+	// are of softmax(logits/Temperature), the distribution the tokens were
+	// drawn from.
+	Temperature float64
 }
 
 // LearnerFactory builds a Learner (cmd/seedctl wires the trainer's).

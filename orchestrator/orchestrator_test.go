@@ -31,6 +31,8 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{func(c *Config) { c.Env.Kind = "agentgym" }, "agentgym"},
 		{func(c *Config) { c.DataShare = 1.5 }, "data_share"},
 		{func(c *Config) { c.Rollout.GroupSize = 1 }, "group_size"},
+		{func(c *Config) { c.Rollout.Temperature = 0 }, "rollout.temperature"},
+		{func(c *Config) { c.Rollout.Temperature, c.RL.ServerOldLogP = 0.7, true }, "server_old_logp"},
 		{func(c *Config) { c.RL.ClipEps = 1 }, "clip_eps"},
 		{func(c *Config) { c.RL.AdvNorm = "max" }, "adv_norm"},
 		{func(c *Config) { c.RL.LRSchedule = "linear" }, "lr_schedule"},
@@ -57,6 +59,14 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	c.Env.Options = map[string]string{"placement_prior": "0.8"}
 	if err := c.Validate(); err != nil {
 		t.Errorf("household with a placement prior: %v", err)
+	}
+	c = validConfig()
+	c.Rollout.Temperature = 0.7
+	if err := c.Validate(); err != nil {
+		t.Errorf("sampling at 0.7: %v", err)
+	}
+	if spec := c.learnerSpec("p", "r"); spec.Temperature != 0.7 || spec.Policy != "p" || spec.Reference != "r" {
+		t.Errorf("learner spec %+v: want the rollouts' temperature 0.7", spec)
 	}
 	c = validConfig()
 	c.Algo, c.Stage1.Episodes = AlgoGRPO, 0 // GRPO has no stage 1

@@ -201,7 +201,7 @@ func execute(ctx context.Context, cfg Config, deps Deps, dir runDir, st *State) 
 			return nil, fmt.Errorf("stage 1: %w", err)
 		}
 	}
-	if r.learner, err = deps.NewLearner(LearnerSpec{Policy: dir.abs(st.Checkpoint), Reference: dir.abs(st.Reference), RL: cfg.RL, Seed: uint64(cfg.Seed)}); err != nil {
+	if r.learner, err = deps.NewLearner(cfg.learnerSpec(dir.abs(st.Checkpoint), dir.abs(st.Reference))); err != nil {
 		return nil, fmt.Errorf("loading the learner: %w", err)
 	}
 	r.firstIter, r.loopStart = st.Iteration+1, time.Now()
@@ -412,7 +412,7 @@ func (r *run) stage1(ctx context.Context) error {
 		r.log.Info().Int("skill_examples", len(data)).Int("acting_examples", len(acting)).Msg("stage-1 data")
 		data = append(data, acting...)
 	}
-	l, err := r.deps.NewLearner(LearnerSpec{Policy: r.dir.abs(r.st.Checkpoint), Reference: r.dir.abs(r.st.Reference), RL: r.cfg.RL, Seed: uint64(r.cfg.Seed)})
+	l, err := r.deps.NewLearner(r.cfg.learnerSpec(r.dir.abs(r.st.Checkpoint), r.dir.abs(r.st.Reference)))
 	if err != nil {
 		return err
 	}

@@ -11,14 +11,16 @@ import (
 // tensor that carries gradients when grad mode is on. Targets < 0 (masked
 // positions) score 0. This is the primitive behind GRPO, rescoring and SFT.
 func (m *Model) tokenLogProbsT(in Input, targets [][]int) *ts.Tensor {
-	lp, logp := m.tokenLogProbsFull(in, targets)
+	lp, logp := m.tokenLogProbsFull(in, targets, 1)
 	drop(logp)
 	return lp
 }
 
-// tokenLogProbsFull is tokenLogProbsT that also returns the full
-// log-softmax [B, T, V] (the caller drops it).
-func (m *Model) tokenLogProbsFull(in Input, targets [][]int) (*ts.Tensor, *ts.Tensor) {
+// tokenLogProbsFull is tokenLogProbsT of the distribution at the given
+// sampling temperature (softmax of logits/temperature; 0 and 1 leave the
+// logits as they are) that also returns the full log-softmax [B, T, V]
+// (the caller drops it).
+func (m *Model) tokenLogProbsFull(in Input, targets [][]int, temperature float64) (*ts.Tensor, *ts.Tensor) {
 	b, t, err := in.shape()
 	if err != nil {
 		panic(torchError{err})
@@ -46,6 +48,9 @@ func (m *Model) tokenLogProbsFull(in Input, targets [][]int) (*ts.Tensor, *ts.Te
 		}
 	}
 	logits := m.forward(in, nil)
+	if temperature > 0 && temperature != 1 {
+		logits = mulScalar(logits, 1/temperature, true)
+	}
 	logp := must(logits.LogSoftmax(-1, gotch.Float, true))
 	idx := must(fromSlice(flat, []int64{int64(b), int64(t), 1}).To(m.device, true))
 	g := must(must(logp.Gather(2, idx, false, false)).SqueezeDim(2, true))
@@ -60,9 +65,15 @@ func (m *Model) tokenLogProbsFull(in Input, targets [][]int) (*ts.Tensor, *ts.Te
 // gradients, in float32. For next-token scoring pass targets = ids shifted
 // left by one (the last position gets -1).
 func (m *Model) TokenLogProbs(in Input, targets [][]int) (out [][]float32, err error) {
+	return m.tokenLogProbs(in, targets, 1)
+}
+
+// tokenLogProbs is TokenLogProbs at a sampling temperature.
+func (m *Model) tokenLogProbs(in Input, targets [][]int, temperature float64) (out [][]float32, err error) {
 	defer guard(&err, "scoring tokens")
 	withoutGrad(func() {
-		lp := m.tokenLogProbsT(in, targets)
+		lp, logp := m.tokenLogProbsFull(in, targets, temperature)
+		drop(logp)
 		out = rows2D(lp)
 		drop(lp)
 	})

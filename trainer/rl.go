@@ -47,6 +47,11 @@ type RLConfig struct {
 	// gradients accumulate across micro-batches into one optimizer step.
 	MicroBatchTokens int
 	ClipNorm         float64 // gradient-norm clipping (0: none)
+	// Temperature is the rollouts' sampling temperature: ℓθ (and the
+	// entropy) are log-probs of softmax(logits/Temperature), the
+	// distribution the tokens were drawn from, as ℓold, ℓᵀ and the
+	// reference's must be (Model.RescoreAt). 0 and 1: the logits as they are.
+	Temperature float64
 	// DecisionProb: distilled tokens the policy gives less probability
 	// than this count as decisions in RLStats' Decision* figures
 	// (0: DefaultDecisionProb). Diagnostics only; the loss ignores it.
@@ -76,6 +81,8 @@ func (c RLConfig) Validate() error {
 		return fmt.Errorf("rl config: micro_batch_tokens %d must be at least 2", c.MicroBatchTokens)
 	case c.ClipNorm < 0:
 		return fmt.Errorf("rl config: clip_norm %v must be >= 0", c.ClipNorm)
+	case c.Temperature < 0 || math.IsNaN(c.Temperature):
+		return fmt.Errorf("rl config: temperature %v must be >= 0", c.Temperature)
 	case c.DecisionProb < 0 || c.DecisionProb > 1:
 		return fmt.Errorf("rl config: decision_prob %v must be in [0, 1]", c.DecisionProb)
 	}
@@ -387,7 +394,7 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 			}
 		}
 	}
-	lp, ent := m.scoreT(in, targets, true)
+	lp, ent := m.scoreT(in, targets, true, cfg.Temperature)
 	defer drop(lp, ent)
 	det := must(lp.Detach(false))
 	lpv := rows2D(det)
@@ -448,10 +455,10 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 	return nil
 }
 
-// scoreT is tokenLogProbsT plus, when wantEntropy, the policy's entropy
-// at every position (no gradient), both [B, T].
-func (m *Model) scoreT(in Input, targets [][]int, wantEntropy bool) (lp, ent *ts.Tensor) {
-	lp, logp := m.tokenLogProbsFull(in, targets)
+// scoreT is tokenLogProbsFull's log-probs plus, when wantEntropy, the
+// policy's entropy at every position (no gradient), both [B, T].
+func (m *Model) scoreT(in Input, targets [][]int, wantEntropy bool, temperature float64) (lp, ent *ts.Tensor) {
+	lp, logp := m.tokenLogProbsFull(in, targets, temperature)
 	if wantEntropy {
 		d := must(logp.Detach(false))
 		p := must(d.Exp(false))
@@ -470,8 +477,17 @@ func (m *Model) scoreT(in Input, targets [][]int, wantEntropy bool) (lp, ent *ts
 // by the trainer. Sequences are batched (longest first) within maxTokens
 // padded tokens per forward.
 func (m *Model) Rescore(seqs [][]int, maxTokens int) (out [][]float32, err error) {
+	return m.RescoreAt(seqs, maxTokens, 1)
+}
+
+// RescoreAt is Rescore of the distribution at a sampling temperature
+// (softmax of logits/temperature; 0 and 1: the logits as they are).
+func (m *Model) RescoreAt(seqs [][]int, maxTokens int, temperature float64) (out [][]float32, err error) {
 	if maxTokens < 2 {
 		return nil, fmt.Errorf("rescore: max tokens %d must be at least 2", maxTokens)
+	}
+	if temperature < 0 || math.IsNaN(temperature) {
+		return nil, fmt.Errorf("rescore: temperature %v must be >= 0", temperature)
 	}
 	lens := make([]int, len(seqs))
 	for i, s := range seqs {
@@ -499,7 +515,7 @@ func (m *Model) Rescore(seqs [][]int, maxTokens int) (out [][]float32, err error
 				}
 			}
 		}
-		rows, err := m.TokenLogProbs(in, targets)
+		rows, err := m.tokenLogProbs(in, targets, temperature)
 		if err != nil {
 			return nil, fmt.Errorf("rescore: %w", err)
 		}

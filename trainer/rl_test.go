@@ -381,6 +381,7 @@ func TestRLConfigValidate(t *testing.T) {
 		func(c *RLConfig) { c.Beta = 0 },
 		func(c *RLConfig) { c.KLCoef = -0.1 },
 		func(c *RLConfig) { c.MicroBatchTokens = 1 },
+		func(c *RLConfig) { c.Temperature = -0.5 },
 	}
 	for i, f := range bad {
 		c := DefaultRLConfig()
@@ -391,5 +392,65 @@ func TestRLConfigValidate(t *testing.T) {
 	}
 	if err := DefaultRLConfig().Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// Log-probs at a sampling temperature are those of softmax(logits/T), and
+// the RL step scores ℓθ at the same temperature: with ℓold rescored at T
+// the ratio is 1, with ℓold at 1 it is not.
+func TestTemperatureScalesLogits(t *testing.T) {
+	m, _ := newTiny(t, ArchQwen2, 23)
+	seq := []int{5, 17, 3, 88, 41, 9}
+	logits, err := m.Logits(Input{IDs: [][]int{seq[:len(seq)-1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, temp := range []float64{0.5, 1, 2} {
+		got, err := m.RescoreAt([][]int{seq}, 1024, temp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := 1; k < len(seq); k++ {
+			row := logits[0][k-1]
+			mx := math.Inf(-1)
+			for _, v := range row {
+				mx = math.Max(mx, float64(v)/temp)
+			}
+			sum := 0.0
+			for _, v := range row {
+				sum += math.Exp(float64(v)/temp - mx)
+			}
+			want := float64(row[seq[k]])/temp - mx - math.Log(sum)
+			if d := math.Abs(float64(got[0][k]) - want); d > 1e-4 {
+				t.Errorf("T=%v pos %d: log-prob %v, want %v", temp, k, got[0][k], want)
+			}
+		}
+	}
+	if _, err := m.RescoreAt([][]int{seq}, 1024, -1); err == nil {
+		t.Error("a negative temperature accepted")
+	}
+
+	cfg := DefaultRLConfig()
+	cfg.Temperature = 0.5
+	for _, tc := range []struct {
+		oldTemp float64
+		atOne   bool
+	}{{0.5, true}, {1, false}} {
+		batch := rlBatch(t, m, []float64{1, -1, 0})
+		for i := range batch {
+			old, err := m.RescoreAt([][]int{batch[i].IDs}, 1024, tc.oldTemp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch[i].OldLogP = old[0]
+		}
+		opt, _ := m.NewAdamW(0, 0)
+		st, err := m.RLStep(opt, batch, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (st.RatioMaxDev < 1e-4) != tc.atOne {
+			t.Errorf("ℓold at T=%v, step at T=0.5: max |r-1| %v", tc.oldTemp, st.RatioMaxDev)
+		}
 	}
 }

@@ -20,6 +20,7 @@ type gotchLearner struct {
 	tokFrom string
 	maxTok  int
 	wd      float64
+	temp    float64 // sampling temperature every log-prob is taken at
 }
 
 func newLearner(device string) orchestrator.LearnerFactory {
@@ -29,8 +30,8 @@ func newLearner(device string) orchestrator.LearnerFactory {
 		if err != nil {
 			return nil, fmt.Errorf("loading the policy: %w", err)
 		}
-		l := &gotchLearner{m: m, tokFrom: spec.Policy, maxTok: max(spec.RL.MicroBatchTokens, 2), wd: spec.RL.WeightDecay}
-		l.rl = trainer.RLConfig{ClipEps: spec.RL.ClipEps, Lambda: spec.RL.Lambda, Beta: spec.RL.Beta, KLCoef: spec.RL.KLCoef, MicroBatchTokens: spec.RL.MicroBatchTokens, ClipNorm: spec.RL.ClipNorm}
+		l := &gotchLearner{m: m, tokFrom: spec.Policy, maxTok: max(spec.RL.MicroBatchTokens, 2), wd: spec.RL.WeightDecay, temp: spec.Temperature}
+		l.rl = trainer.RLConfig{ClipEps: spec.RL.ClipEps, Lambda: spec.RL.Lambda, Beta: spec.RL.Beta, KLCoef: spec.RL.KLCoef, MicroBatchTokens: spec.RL.MicroBatchTokens, ClipNorm: spec.RL.ClipNorm, Temperature: spec.Temperature}
 		if l.opt, err = m.NewAdamW(spec.RL.LR, spec.RL.WeightDecay); err != nil {
 			m.Close()
 			return nil, err
@@ -53,14 +54,14 @@ func newLearner(device string) orchestrator.LearnerFactory {
 }
 
 func (l *gotchLearner) Rescore(ctx context.Context, seqs [][]int) ([][]float32, error) {
-	return l.m.Rescore(seqs, l.maxTok)
+	return l.m.RescoreAt(seqs, l.maxTok, l.temp)
 }
 
 func (l *gotchLearner) RescoreRef(ctx context.Context, seqs [][]int) ([][]float32, error) {
 	if l.ref == nil {
 		return nil, errors.New("no reference policy loaded (kl_coef is 0)")
 	}
-	return l.ref.Rescore(seqs, l.maxTok)
+	return l.ref.RescoreAt(seqs, l.maxTok, l.temp)
 }
 
 func (l *gotchLearner) Step(ctx context.Context, rows []orchestrator.Row, lr float64) (orchestrator.StepStats, error) {
