@@ -135,6 +135,36 @@ func TestEncodeMatchesRolloutPrompts(t *testing.T) {
 	if k != len(ex) {
 		t.Fatalf("%d examples for %d steps", len(ex), k)
 	}
+
+	// Repeated examples (rare decisions ×2, hinted first steps ×4) and the
+	// same examples once, weighing as many copies.
+	repeated, _, err := EncodeRepeated(eps, p, tmpl, rollout.ModeWindow, r.Window, 2, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	weighted, _, err := EncodeRepeated(eps, p, tmpl, rollout.ModeWindow, r.Window, 2, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(weighted) != len(ex) || len(repeated) <= len(ex) {
+		t.Fatalf("%d plain, %d repeated, %d weighted examples", len(ex), len(repeated), len(weighted))
+	}
+	at := 0
+	for i, w := range weighted {
+		if !reflect.DeepEqual(w.IDs, ex[i].IDs) {
+			t.Fatalf("weighted example %d differs from the plain one", i)
+		}
+		n := int(max(w.Weight, 1))
+		for c := 0; c < n; c++ {
+			if at >= len(repeated) || !reflect.DeepEqual(repeated[at].IDs, w.IDs) {
+				t.Fatalf("weighted example %d (weight %v) is not %d copies in the repeated corpus", i, w.Weight, n)
+			}
+			at++
+		}
+	}
+	if at != len(repeated) {
+		t.Errorf("weights add up to %d examples, the repeated corpus has %d", at, len(repeated))
+	}
 }
 
 // TestEnsureBuildsOnceAndReuses builds a very small model, then reuses it.

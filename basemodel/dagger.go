@@ -123,7 +123,7 @@ func refine(ctx context.Context, r Recipe, m *trainer.Model, pc *prepared, log z
 		}
 		// Relabelled examples train the action only: their prompts hold the
 		// policy's own mistakes, which are not to be imitated.
-		rel, _, err := EncodeRepeated(eps, pc.policy, pc.tmpl, r.Mode, r.Window, max(1, r.RareRepeat))
+		rel, _, err := EncodeRepeated(eps, pc.policy, pc.tmpl, r.Mode, r.Window, max(1, r.RareRepeat), r.RepeatAsWeight)
 		if err != nil {
 			return nil, fmt.Errorf("dagger round %d: %w", round+1, err)
 		}
