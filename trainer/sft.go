@@ -279,10 +279,6 @@ func (c SFTConfig) accumulate(m *Model, data []SFTExample, batch []int) (float64
 	if total == 0 {
 		return 0, fmt.Errorf("sft: a batch of %d examples has no trained tokens", len(batch))
 	}
-	limit := c.MicroBatchTokens
-	if limit == 0 {
-		limit = c.BatchTokens
-	}
 	var rows [][]int // example indices per row
 	if c.Pack {
 		rows = packRows(data, batch, c.MaxLen)
@@ -293,12 +289,22 @@ func (c SFTConfig) accumulate(m *Model, data []SFTExample, batch []int) (float64
 	}
 	// Micro-batches of rows of similar length (microBatches), each padded
 	// only to its own longest row; the step's gradient is the same sum.
+	// Without a micro-batch limit the rows stay in batch order within
+	// BatchTokens (one padded batch unless packed rows overflow it), as
+	// base-model recipes before v12 were trained: the same weights.
 	lens := make([]int, len(rows))
+	order := make([]int, len(rows))
 	for i, r := range rows {
-		lens[i] = rowLen(data, r)
+		lens[i], order[i] = rowLen(data, r), i
+	}
+	var groups [][]int
+	if c.MicroBatchTokens > 0 {
+		groups = microBatches(lens, c.MicroBatchTokens)
+	} else {
+		groups = groupPadded(order, func(i int) int { return lens[i] }, c.BatchTokens)
 	}
 	loss := 0.0
-	for _, mb := range microBatches(lens, limit) {
+	for _, mb := range groups {
 		group := make([][]int, len(mb))
 		for k, i := range mb {
 			group[k] = rows[i]

@@ -53,6 +53,7 @@ func bootstrapCommand() *cli.Command {
 			&cli.Float64Flag{Name: "renumber", Value: -1, Usage: "override the share of household demonstrations with permuted object numbers"},
 			&cli.Uint64Flag{Name: "seed", Usage: "override the recipe's seed (the corpus's and the weights' initialisation)"},
 			&cli.BoolFlag{Name: "prompt-loss", Usage: "train on every token (observations too), not only the responses"},
+			&cli.IntFlag{Name: "micro-batch-tokens", Usage: "run each step as micro-batches of rows of similar length, at most this many padded tokens each (0: one padded batch per step; 2048: 1.3x faster here)"},
 			&cli.BoolFlag{Name: "repeat-as-weight", Usage: "train repeated examples (rare decisions, hinted first steps) once with their repeat count as loss weight"},
 			&cli.IntFlag{Name: "dagger-rounds", Value: -1, Usage: "override the rounds of refinement on the model's own states (0: none; see model refine)"},
 			&cli.BoolFlag{Name: "rebuild", Usage: "build even when a cached model exists"},
@@ -87,6 +88,9 @@ func bootstrapCommand() *cli.Command {
 			}
 			if c.IsSet("renumber") {
 				r.Corpus.Renumber = c.Float64("renumber")
+			}
+			if c.IsSet("micro-batch-tokens") {
+				r.SFT.MicroBatchTokens = c.Int("micro-batch-tokens")
 			}
 			if c.IsSet("repeat-as-weight") {
 				r.RepeatAsWeight = c.Bool("repeat-as-weight")
