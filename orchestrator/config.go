@@ -17,6 +17,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/seedctl/seedctl/envadapters"
@@ -347,6 +348,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: train_tasks %d must be >= 0 (0: the whole train split)", c.TrainTasks)
 	case c.Rollout.GroupSize < 2:
 		return fmt.Errorf("config: rollout.group_size %d must be at least 2 (GRPO groups)", c.Rollout.GroupSize)
+	case c.Env.Options["max_steps"] != "" && c.Env.MaxSteps > 0 && c.Env.Options["max_steps"] != strconv.Itoa(c.Env.MaxSteps):
+		return fmt.Errorf("config: env.options.max_steps %q conflicts with env.max_steps %d: the step limit is env.max_steps (seedctl run --max-steps)", c.Env.Options["max_steps"], c.Env.MaxSteps)
 	case !(c.Rollout.Temperature > 0):
 		return fmt.Errorf("config: rollout.temperature %v must be positive (greedy groups are identical, and the trainer scores tokens at the sampling temperature)", c.Rollout.Temperature)
 	case c.RL.ServerOldLogP && c.Rollout.Temperature != 1:

@@ -43,6 +43,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{func(c *Config) { c.Rollout.Mode = "stream" }, "mode"},
 		{func(c *Config) { c.Env.Options = map[string]string{"placement_prior": "1.5"} }, "placement_prior"},
 		{func(c *Config) { c.Env.Options = map[string]string{"colour": "red"} }, "env.options"},
+		{func(c *Config) { c.Env.Options = map[string]string{"max_steps": "30"} }, "env.max_steps"},
 	}
 	for _, tc := range tests {
 		c := validConfig()
