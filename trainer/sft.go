@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -289,19 +290,19 @@ func (c SFTConfig) accumulate(m *Model, data []SFTExample, batch []int) (float64
 	}
 	// Micro-batches of rows of similar length (microBatches), each padded
 	// only to its own longest row; the step's gradient is the same sum.
-	// Without a micro-batch limit the rows stay in batch order within
-	// BatchTokens (one padded batch unless packed rows overflow it), as
-	// base-model recipes before v12 were trained: the same weights.
+	// Without a limit below the step's size the rows stay in batch order
+	// (one padded batch unless packed rows overflow it), as SFT ran before
+	// micro-batches were sorted: the same weights as then.
 	lens := make([]int, len(rows))
 	order := make([]int, len(rows))
 	for i, r := range rows {
 		lens[i], order[i] = rowLen(data, r), i
 	}
 	var groups [][]int
-	if c.MicroBatchTokens > 0 {
+	if c.MicroBatchTokens > 0 && c.MicroBatchTokens < c.BatchTokens {
 		groups = microBatches(lens, c.MicroBatchTokens)
 	} else {
-		groups = groupPadded(order, func(i int) int { return lens[i] }, c.BatchTokens)
+		groups = groupPadded(order, func(i int) int { return lens[i] }, cmp.Or(c.MicroBatchTokens, c.BatchTokens))
 	}
 	loss := 0.0
 	for _, mb := range groups {
