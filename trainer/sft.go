@@ -102,8 +102,9 @@ type SFTConfig struct {
 	MaxRefusals int
 	// MicroBatchTokens bounds the padded tokens of one forward/backward
 	// (a longer row is a micro-batch of its own); a step's gradients
-	// accumulate over its micro-batches, formed from rows of similar length
-	// (0: one micro-batch per step).
+	// accumulate over its micro-batches. Below BatchTokens they are formed
+	// from rows of similar length; 0 or at least BatchTokens keeps the
+	// step's rows in batch order (one micro-batch per step).
 	MicroBatchTokens int `json:",omitempty"`
 	// Pack puts several short examples into one row (each attends only to
 	// itself, positions restart), so little compute goes to padding.
