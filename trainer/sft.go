@@ -252,10 +252,17 @@ func TrainSFT(ctx context.Context, m *Model, data []SFTExample, cfg SFTConfig, p
 func countTrained(data []SFTExample, batch []int) int {
 	n := 0
 	for _, i := range batch {
-		for _, l := range data[i].Loss[1:] {
-			if l {
-				n++
-			}
+		n += data[i].trained()
+	}
+	return n
+}
+
+// trained is the number of the example's tokens trained on.
+func (e SFTExample) trained() int {
+	n := 0
+	for _, l := range e.Loss[1:] {
+		if l {
+			n++
 		}
 	}
 	return n
@@ -266,7 +273,7 @@ func countTrained(data []SFTExample, batch []int) int {
 func weightedTrained(data []SFTExample, batch []int) float64 {
 	n := 0.0
 	for _, i := range batch {
-		n += data[i].weight() * float64(countTrained(data, []int{i}))
+		n += data[i].weight() * float64(data[i].trained())
 	}
 	return n
 }
