@@ -50,7 +50,7 @@ bench *ARGS: build
 bench-quick *ARGS: build
     ./bin/seedctl bench --quick {{ARGS}}
 
-# Trainer tokens/s and MFU (with PyTorch eager side by side), SFT micro-batch sizes side by side, embedded server tokens/s at 1–64 requests, env and rollout overhead
+# Trainer tokens/s and MFU (with PyTorch eager side by side), SFT micro-batch sizes and OpenBLAS AVX2/AVX-512 kernels side by side, embedded server tokens/s at 1–64 requests, env and rollout overhead
 bench-throughput:
     #!/usr/bin/env bash
     set -euo pipefail
@@ -58,6 +58,7 @@ bench-throughput:
     mkdir -p bench/results
     { go test ./trainer -run '^$' -bench TrainStep -benchtime 20x
       go test ./trainer -run '^$' -bench MicroBatch -benchtime 3x
+      go test ./trainer -run '^$' -bench BLASCore -benchtime 2x
       go test ./inference/server -run '^$' -bench Serve -benchtime 1x
       go test ./envadapters/... -run '^$' -bench .
       go test ./rollout -run '^$' -bench RolloutOverhead; } | tee "$out"

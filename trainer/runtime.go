@@ -52,7 +52,17 @@ const (
 type BLASInfo struct {
 	Kind BLASKind
 	Path string
+	// Core is the kernel set OpenBLAS runs (BLASCore), Forced the
+	// OPENBLAS_CORETYPE it was given, and AVX512 whether the CPU could run
+	// AVX-512 kernels.
+	Core   string
+	Forced string
+	AVX512 bool
 }
+
+// ForcedAVX2 reports whether OPENBLAS_CORETYPE holds OpenBLAS to AVX2
+// kernels on an AVX-512 CPU (ForcedAVX2Kernels).
+func (b BLASInfo) ForcedAVX2() bool { return ForcedAVX2Kernels(b.Forced, b.Core, b.AVX512) }
 
 // Slow reports whether this BLAS is the unoptimised reference implementation
 // (Debian's default libblas3), roughly 35x slower than OpenBLAS here.
@@ -75,6 +85,7 @@ func Runtime() (RuntimeInfo, error) {
 		return RuntimeInfo{}, fmt.Errorf("inspecting loaded libraries: %w", err)
 	}
 	info := RuntimeInfo{BLAS: classifyBLAS(libs)}
+	info.BLAS.Core, info.BLAS.Forced, info.BLAS.AVX512 = BLASCore(), os.Getenv(BLASCoreEnv), CPUHasAVX512()
 	for _, l := range libs {
 		if strings.HasPrefix(filepath.Base(l), "libtorch_cpu.so") {
 			info.LibtorchPath = l

@@ -91,6 +91,22 @@ func TestRunDoctor(t *testing.T) {
 			wantText: []string{"REFERENCE BLAS", "libopenblas0-pthread", "3.0 GFLOP/s"},
 		},
 		{
+			name: "OPENBLAS_CORETYPE holding an AVX-512 CPU to AVX2 kernels warns",
+			mutate: func(p *fakeProbe) {
+				p.info.BLAS.Core, p.info.BLAS.Forced, p.info.BLAS.AVX512 = "Haswell", "Haswell", true
+			},
+			want:     "libtorch=ok device=ok blas=WARN matmul=ok just=ok",
+			wantText: []string{"Haswell kernels because OPENBLAS_CORETYPE=Haswell", "unset OPENBLAS_CORETYPE"},
+		},
+		{
+			name: "the kernels OpenBLAS picked itself are fine",
+			mutate: func(p *fakeProbe) {
+				p.info.BLAS.Core, p.info.BLAS.AVX512 = "Cooperlake", true
+			},
+			want:     "libtorch=ok device=ok blas=ok matmul=ok just=ok",
+			wantText: []string{"Cooperlake kernels"},
+		},
+		{
 			name:       "just missing fails with the fix",
 			mutate:     func(p *fakeProbe) { p.justPath = "" },
 			want:       "libtorch=ok device=ok blas=ok matmul=ok just=FAIL",
