@@ -232,8 +232,8 @@ func Default() Config {
 	// self-written skills (README, "Training"). Each 8,192-token step runs
 	// as micro-batches of at most 2,048 padded tokens of similar length:
 	// stage-1 rows range from ~100 acting tokens to ~1,000 of trajectory,
-	// and one padded batch made stage 1 take 174 s against 113 s (the same
-	// losses; README, "Training").
+	// and one padded batch made a stage-1-only run take 174 s against 113
+	// s (the same losses; README, "Training").
 	c.Stage1 = Stage1Config{Episodes: 64, Analyzer: AnalyzerConfig{Kind: "oracle", MaxTokens: 512}, Epochs: 1, LR: 5e-5, BatchTokens: 8192, MicroBatchTokens: 2048, MaxLen: 4096, ActingReplay: 2}
 	// 8 tasks: at the earlier tiny policies' ~5% rollout success, 4 tasks
 	// × 8 trajectories held a win in about one iteration of three (the
