@@ -46,7 +46,7 @@ func CPUHasAVX512() bool {
 // machines set it for every process (this project's build machine sets
 // OPENBLAS_CORETYPE=Haswell on an AMD EPYC with AVX-512 and bf16, where
 // OpenBLAS 0.3.21 left alone picks Cooperlake); the AVX-512 sgemm measured
-// 2x faster at the tiny models' shapes and an SFT step about 1.2x (go test
+// 2x faster at the tiny models' shapes and an SFT step 1.3x (go test
 // ./trainer -bench BLASCore).
 func ForcedAVX2Kernels(forced, core string, hasAVX512 bool) bool {
 	if forced == "" || !hasAVX512 {
