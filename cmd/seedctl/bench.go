@@ -33,7 +33,9 @@ func benchCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			log := logger(c)
-			warnForcedAVX2(log)
+			if c.String("device") != "cuda" {
+				warnForcedAVX2(log)
+			}
 			var base orchestrator.Config
 			var err error
 			if f := c.String("config"); f != "" {
