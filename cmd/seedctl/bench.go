@@ -33,9 +33,7 @@ func benchCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			log := logger(c)
-			if c.String("device") != "cuda" {
-				warnForcedAVX2(log)
-			}
+			warnForcedAVX2(log, c.String("device"))
 			var base orchestrator.Config
 			var err error
 			if f := c.String("config"); f != "" {

@@ -60,7 +60,7 @@ func bootstrapCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			log := logger(c)
-			warnForcedAVX2(log)
+			warnForcedAVX2(log, "cpu")
 			r, err := basemodel.DefaultRecipe(c.String("env"), c.String("size"))
 			if err != nil {
 				return cli.Exit("model bootstrap: "+err.Error(), 2)

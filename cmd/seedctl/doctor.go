@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"text/tabwriter"
@@ -216,13 +217,14 @@ func doctorCommand() *cli.Command {
 	}
 }
 
-// warnForcedAVX2 logs, for the commands that train on the CPU, what doctor
-// flags: OPENBLAS_CORETYPE holding an AVX-512 CPU to AVX2 kernels.
-func warnForcedAVX2(log zerolog.Logger) {
-	info, err := trainer.Runtime()
-	if err != nil || !info.BLAS.ForcedAVX2() {
+// warnForcedAVX2 logs, for the commands that train on the CPU (device
+// other than cuda), what doctor flags: OPENBLAS_CORETYPE holding an
+// AVX-512 CPU to AVX2 kernels.
+func warnForcedAVX2(log zerolog.Logger, device string) {
+	forced, core := os.Getenv(trainer.BLASCoreEnv), trainer.BLASCore()
+	if device == "cuda" || !trainer.ForcedAVX2Kernels(forced, core, trainer.CPUHasAVX512()) {
 		return
 	}
-	log.Warn().Str(trainer.BLASCoreEnv, info.BLAS.Forced).Str("kernels", info.BLAS.Core).
+	log.Warn().Str(trainer.BLASCoreEnv, forced).Str("kernels", core).
 		Msgf("OpenBLAS runs AVX2 kernels on a CPU with AVX-512 because %s is set; unset it for faster CPU training (seedctl doctor)", trainer.BLASCoreEnv)
 }

@@ -117,9 +117,7 @@ func runCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			log := logger(c)
-			if c.String("device") != "cuda" {
-				warnForcedAVX2(log)
-			}
+			warnForcedAVX2(log, c.String("device"))
 			deps := orchestrator.Deps{NewLearner: newLearner(c.String("device")), Log: log, Progress: c.App.ErrWriter}
 			if dir := c.String("resume"); dir != "" {
 				cfg, err := orchestrator.Load(filepath.Join(dir, "config.json"))
