@@ -131,6 +131,12 @@ func Quick(base orchestrator.Config) Spec {
 // measured so.
 const EmbeddedEvalEpisodes = 50
 
+// EmbeddedIterations is the stage-2 iterations of the bench's runs on the
+// embedded default (a single run makes 8): the full grid's 39 runs take
+// about 4 hours of a 2-core CPU at 4, `just bench-quick` about 20 minutes,
+// and the committed results were measured so.
+const EmbeddedIterations = 4
+
 // Full is the paper's grid: all methods and baselines, five data shares,
 // three seeds.
 func Full(base orchestrator.Config) Spec {

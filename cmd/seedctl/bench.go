@@ -21,7 +21,7 @@ func benchCommand() *cli.Command {
 			&cli.BoolFlag{Name: "quick", Usage: "GRPO and SEED with all the tasks, SEED with 40% of them, one seed (about 20 minutes)"},
 			&cli.StringFlag{Name: "out", Usage: "results folder (default bench/results/<date>-<host>); an existing one is resumed"},
 			&cli.DurationFlag{Name: "budget", Usage: "start no new experiment after this long (0: none)"},
-			&cli.IntFlag{Name: "iterations", Usage: "stage-2 iterations per run"},
+			&cli.IntFlag{Name: "iterations", Usage: "stage-2 iterations per run (embedded default: 4, a single run makes 8)"},
 			&cli.IntFlag{Name: "eval-episodes", Usage: "tasks per eval split"},
 			&cli.StringFlag{Name: "device", Value: "cpu"},
 			&cli.StringSliceFlag{Name: "algos", Usage: "T1 methods to run (default: all; with --quick grpo,seed)"},
@@ -40,6 +40,7 @@ func benchCommand() *cli.Command {
 				base, err = orchestrator.Load(f)
 			} else if base, err = defaultRunConfig(c, log); err == nil {
 				base.Eval.Episodes = benchmarks.EmbeddedEvalEpisodes
+				base.Iterations = benchmarks.EmbeddedIterations
 			}
 			if err != nil {
 				return cli.Exit("bench: "+err.Error(), 2)
