@@ -137,6 +137,15 @@ const EmbeddedEvalEpisodes = 50
 // and the committed results were measured so.
 const EmbeddedIterations = 4
 
+// Embedded is the base config of a bench on the embedded default: the
+// single run's config (orchestrator.Default, with its model) with the
+// bench's iterations and eval size.
+func Embedded(run orchestrator.Config) orchestrator.Config {
+	run.Iterations = EmbeddedIterations
+	run.Eval.Episodes = EmbeddedEvalEpisodes
+	return run
+}
+
 // Full is the paper's grid: all methods and baselines, five data shares,
 // three seeds.
 func Full(base orchestrator.Config) Spec {

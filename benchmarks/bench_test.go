@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,24 @@ func TestSummarizeTables(t *testing.T) {
 	}
 	if !strings.Contains(string(md), "| method | 100% |\n|---|---|\n| grpo | 55.0 ± 7.1 |") {
 		t.Errorf("T2 with share 1 alone:\n%s", md)
+	}
+}
+
+// The bench on the embedded default changes only its runs' iterations and
+// eval size, so its runs stay comparable with the committed results.
+func TestEmbeddedBase(t *testing.T) {
+	run := orchestrator.Default()
+	run.Model = "/cache/household-tiny"
+	got := Embedded(run)
+	if got.Iterations != 4 || got.Eval.Episodes != 50 {
+		t.Errorf("bench runs: %d iterations, %d eval tasks; want 4 and 50", got.Iterations, got.Eval.Episodes)
+	}
+	if run.Iterations == got.Iterations || run.Eval.Episodes == got.Eval.Episodes {
+		t.Errorf("a single run (%d iterations, %d eval tasks) is no longer larger than the bench's", run.Iterations, run.Eval.Episodes)
+	}
+	got.Iterations, got.Eval.Episodes = run.Iterations, run.Eval.Episodes
+	if !reflect.DeepEqual(got, run) {
+		t.Errorf("Embedded changed more than iterations and eval size:\n%+v\nwant\n%+v", got, run)
 	}
 }
 

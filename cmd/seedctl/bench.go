@@ -39,8 +39,7 @@ func benchCommand() *cli.Command {
 			if f := c.String("config"); f != "" {
 				base, err = orchestrator.Load(f)
 			} else if base, err = defaultRunConfig(c, log); err == nil {
-				base.Eval.Episodes = benchmarks.EmbeddedEvalEpisodes
-				base.Iterations = benchmarks.EmbeddedIterations
+				base = benchmarks.Embedded(base)
 			}
 			if err != nil {
 				return cli.Exit("bench: "+err.Error(), 2)
