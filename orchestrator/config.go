@@ -240,8 +240,8 @@ func Default() Config {
 	// recipe-v11 policy samples 10–25%).
 	// Eight iterations: on the default base (recipe v12, 16.0% eval-seen)
 	// four took SEED to 21.5% and 26.5% (seeds 1, 2) and GRPO to 24.0% and
-	// 19.0%; eight took SEED to 26.5% and 28.0% in 14–17 minutes here
-	// (README, "Tiny base policies"). The bench keeps four
+	// 19.0%; eight took SEED to 26.5% and 28.0% in 14–17 minutes here and
+	// GRPO to 27.0% and 26.0% (README, "Tiny base policies"). The bench keeps four
 	// (benchmarks.EmbeddedIterations).
 	c.Iterations = 8
 	c.TasksPerIteration = 8
