@@ -64,6 +64,17 @@ type BLASInfo struct {
 // kernels on an AVX-512 CPU (ForcedAVX2Kernels).
 func (b BLASInfo) ForcedAVX2() bool { return ForcedAVX2Kernels(b.Forced, b.Core, b.AVX512) }
 
+// withKernels fills in which kernels OpenBLAS runs, the OPENBLAS_CORETYPE
+// it was given and whether the CPU has AVX-512.
+func (b BLASInfo) withKernels() BLASInfo {
+	b.Core, b.Forced, b.AVX512 = BLASCore(), os.Getenv(BLASCoreEnv), CPUHasAVX512()
+	return b
+}
+
+// Kernels is the kernel part of BLASInfo (Core, Forced, AVX512) without
+// Runtime's inspection of the loaded libraries, for a check at start-up.
+func Kernels() BLASInfo { return BLASInfo{}.withKernels() }
+
 // Slow reports whether this BLAS is the unoptimised reference implementation
 // (Debian's default libblas3), roughly 35x slower than OpenBLAS here.
 func (b BLASInfo) Slow() bool { return b.Kind == BLASReference }
@@ -84,8 +95,7 @@ func Runtime() (RuntimeInfo, error) {
 	if err != nil {
 		return RuntimeInfo{}, fmt.Errorf("inspecting loaded libraries: %w", err)
 	}
-	info := RuntimeInfo{BLAS: classifyBLAS(libs)}
-	info.BLAS.Core, info.BLAS.Forced, info.BLAS.AVX512 = BLASCore(), os.Getenv(BLASCoreEnv), CPUHasAVX512()
+	info := RuntimeInfo{BLAS: classifyBLAS(libs).withKernels()}
 	for _, l := range libs {
 		if strings.HasPrefix(filepath.Base(l), "libtorch_cpu.so") {
 			info.LibtorchPath = l

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"strings"
 	"text/tabwriter"
@@ -221,10 +220,13 @@ func doctorCommand() *cli.Command {
 // other than cuda), what doctor flags: OPENBLAS_CORETYPE holding an
 // AVX-512 CPU to AVX2 kernels.
 func warnForcedAVX2(log zerolog.Logger, device string) {
-	forced, core := os.Getenv(trainer.BLASCoreEnv), trainer.BLASCore()
-	if device == "cuda" || !trainer.ForcedAVX2Kernels(forced, core, trainer.CPUHasAVX512()) {
+	if device == "cuda" {
 		return
 	}
-	log.Warn().Str(trainer.BLASCoreEnv, forced).Str("kernels", core).
+	k := trainer.Kernels()
+	if !k.ForcedAVX2() {
+		return
+	}
+	log.Warn().Str(trainer.BLASCoreEnv, k.Forced).Str("kernels", k.Core).
 		Msgf("OpenBLAS runs AVX2 kernels on a CPU with AVX-512 because %s is set; unset it for faster CPU training (seedctl doctor)", trainer.BLASCoreEnv)
 }
