@@ -107,33 +107,63 @@ type RLConfig struct {
 	ClipNorm    float64 `json:"clip_norm"`
 	// LRSchedule is "constant" (the default) or "cosine": after the warm-up
 	// the learning rate falls to MinLRFrac·LR along a half cosine over the
-	// run's planned optimizer steps (iterations × mini_batches).
+	// run's iterations (by the mini-batch's place in its iteration).
 	LRSchedule string `json:"lr_schedule,omitempty"`
 	// WarmupSteps ramps the learning rate linearly, LR·(s+1)/(WarmupSteps+1)
-	// at step s, over the first optimizer steps of stage 2. A fresh AdamW's
-	// first steps are close to sign descent (every parameter moves by
-	// about the full learning rate, whatever its gradient's size), which a
-	// warm-up tempers.
+	// at mini-batch s of stage 2 (counted over the run, refused steps
+	// included). A fresh AdamW's first steps are close to sign descent
+	// (every parameter moves by about the full learning rate, whatever its
+	// gradient's size), which a warm-up tempers.
 	WarmupSteps int `json:"warmup_steps,omitempty"`
 	// MinLRFrac is where the cosine schedule ends, as a share of LR.
 	MinLRFrac float64 `json:"min_lr_frac,omitempty"`
-	// MiniBatches optimizer steps per iteration (the rows are split).
-	MiniBatches      int `json:"mini_batches"`
+	// MiniBatchRows is verl's ppo_mini_batch_size in rows: the iteration's
+	// rows are cut, in order (Shuffle: seeded order), into mini-batches of
+	// this many, one optimizer step each, one pass (ppo_epochs 1). From the
+	// second mini-batch on the policy has moved away from ℓold, so the PPO
+	// ratio and its clipping act. Reference: 256 on ALFWorld, 64 on
+	// WebShop (public code). 0: MiniBatches instead.
+	MiniBatchRows int `json:"mini_batch_rows"`
+	// Shuffle orders the rows by a seeded permutation before they are cut
+	// into mini-batches (verl's actor shuffle, off by default).
+	Shuffle bool `json:"shuffle,omitempty"`
+	// MiniBatches, used only when MiniBatchRows is 0, splits the rows into
+	// this many mini-batches of a seeded shuffle, row i going to
+	// mini-batch i mod MiniBatches (the update before the reference's
+	// semantics were followed: 1 made one step per iteration).
+	MiniBatches      int `json:"mini_batches,omitempty"`
 	MicroBatchTokens int `json:"micro_batch_tokens"`
 	// MaxRefusals stops the run after this many non-finite steps in a row.
 	MaxRefusals int `json:"max_refusals"`
-	// AdvEps is ε in A = (R − mean)/(std + ε).
+	// Advantage is the granularity of GRPO's advantages: "step_rows" (every
+	// step a row, statistics over all step rows of the group: the public
+	// code's verl-agent GRPO) or "trajectory" (one return per trajectory,
+	// copied to its steps: the paper's notation).
+	Advantage string `json:"advantage"`
+	// RewardScale is the reward of a full outcome (reference 10), against
+	// which the invalid-action penalty (rollout.invalid_penalty, reference
+	// 0.1) is weighed.
+	RewardScale float64 `json:"reward_scale"`
+	// Outcome is "success" (1 when the episode was won, else 0; the
+	// reference, WebShop included: 10 only at score 1) or "env" (the
+	// environment's own reward, WebShop's graded score).
+	Outcome string `json:"outcome"`
+	// AdvEps is ε in A = (r − mean)/(std + ε).
 	AdvEps float64 `json:"adv_eps"`
-	// AdvNorm is "std" (GRPO, the default) or "none" (Dr. GRPO: A = R − mean).
+	// AdvNorm is "std" (GRPO, the default) or "none" (mean only: verl's
+	// norm_adv_by_std_in_grpo=False, the reference WebShop script).
 	AdvNorm string `json:"adv_norm,omitempty"`
-	// KeepFlat keeps rows that carry no signal (advantage 0 — every
-	// trajectory of the group had the same return — and no distilled token)
-	// in the update. By default they are dropped, as DAPO drops flat groups:
-	// their only gradient is the KL term's, which Adam scales up to a full
-	// step of noise (measured on the tiny household model: GRPO iterations
-	// without a success moved greedy eval-seen success from 7% to 1% in
-	// eight iterations), and they cost forward/backward passes.
-	KeepFlat bool `json:"keep_flat,omitempty"`
+	// ClipRatioC is dual-clip's c (verl's clip_ratio_c; reference 3): for
+	// A < 0 the clipped loss is capped at −c·A. 0 turns it off.
+	ClipRatioC float64 `json:"clip_ratio_c"`
+	// EntropyCoef weighs the entropy bonus (verl's entropy_coeff;
+	// reference 0.001).
+	EntropyCoef float64 `json:"entropy_coef"`
+	// DropFlat leaves rows whose advantage is 0 at every token (flat
+	// groups) out of the update, for every method alike, so GRPO's and
+	// SEED's loss normalisers stay the same; it also drops SEED's
+	// distillation on those rows. Off by default: verl keeps every row.
+	DropFlat bool `json:"drop_flat,omitempty"`
 	// ServerOldLogP uses the server's sampling log-probs as ℓold instead of
 	// recomputing them with the trainer (as verl does). Recomputing costs a
 	// forward pass but makes the update independent of the server's batch
@@ -252,12 +282,12 @@ func Default() Config {
 	c.Rollout.GroupSize = 8
 	c.Rollout.MaxTokens = 48
 	c.Rollout.Temperature = 1
-	// No invalid-action penalty here (the reference 0.1 is in the GPU
-	// configs): when nobody in a group wins, GRPO's std normalisation turns
-	// the penalty differences into full-size advantages, and the tiny
-	// household policy learned to never take objects (greedy eval-seen 7%
-	// → 0% in eight iterations; README, "Training").
-	c.Rollout.InvalidPenalty = 0
+	// The reference penalty, 0.1 per invalid step against a reward of 10
+	// for success (rl.reward_scale). (With a reward of 1 and trajectory
+	// advantages it weighed ten times more, and the tiny household policy
+	// learned to never take objects: greedy eval-seen 7% → 0% in eight
+	// iterations; docs in the README, "Training".)
+	c.Rollout.InvalidPenalty = 0.1
 	c.Rollout.MaxInFlight = 64
 	c.SkillMode = string(skills.EpisodeStep)
 	c.MaxStepSkills = skills.DefaultMaxStepSkills
@@ -267,7 +297,14 @@ func Default() Config {
 	// to leave the tiny household policy intact: four Adam steps at 3e-4
 	// took its eval-seen success from 7% to 1.5%, twelve iterations at 3e-5
 	// kept it at 5.5% (the reference 1e-6 is for 1.5B–7B models).
-	c.RL = RLConfig{Lambda: 0.01, Beta: 5, KLCoef: 0.01, ClipEps: 0.2, LR: 3e-5, WeightDecay: 0, ClipNorm: 1, MiniBatches: 1, MicroBatchTokens: 8192, MaxRefusals: 3, AdvEps: 1e-6}
+	//
+	// The update follows the public SEED code (verl-agent's GRPO): step
+	// rows, reward 10·success − 0.1 per invalid step, 256 rows per
+	// mini-batch (its ALFWorld value; about 4 optimizer steps per
+	// iteration here), dual-clip c=3, entropy bonus 0.001, every row kept.
+	c.RL = RLConfig{Lambda: 0.01, Beta: 5, KLCoef: 0.01, ClipEps: 0.2, LR: 3e-5, WeightDecay: 0, ClipNorm: 1,
+		MiniBatchRows: 256, MicroBatchTokens: 8192, MaxRefusals: 3,
+		Advantage: AdvStepRows, RewardScale: 10, Outcome: OutcomeSuccess, AdvEps: 1e-6, AdvNorm: AdvNormStd, ClipRatioC: 3, EntropyCoef: 0.001}
 	// 200 tasks per split for the base and the final eval: a 50-task eval's
 	// success moves by ±6 points (one binomial std at 20%) between
 	// equivalent checkpoints, 200 tasks' by ±3, and the run's headline is
@@ -369,8 +406,20 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: rl.warmup_steps %d must be >= 0 and rl.min_lr_frac %v in [0, 1]", c.RL.WarmupSteps, c.RL.MinLRFrac)
 	case c.RL.AdvNorm != "" && c.RL.AdvNorm != AdvNormStd && c.RL.AdvNorm != AdvNormNone:
 		return fmt.Errorf("config: rl.adv_norm %q: want %q or %q", c.RL.AdvNorm, AdvNormStd, AdvNormNone)
-	case c.RL.LR <= 0 || c.RL.MiniBatches < 1 || c.RL.MaxRefusals < 1 || c.RL.AdvEps <= 0:
-		return errors.New("config: rl needs lr > 0, mini_batches >= 1, max_refusals >= 1, adv_eps > 0")
+	case c.RL.Advantage != AdvStepRows && c.RL.Advantage != AdvTrajectory:
+		return fmt.Errorf("config: rl.advantage %q: want %q or %q", c.RL.Advantage, AdvStepRows, AdvTrajectory)
+	case c.RL.Outcome != OutcomeSuccess && c.RL.Outcome != OutcomeEnv:
+		return fmt.Errorf("config: rl.outcome %q: want %q or %q", c.RL.Outcome, OutcomeSuccess, OutcomeEnv)
+	case !(c.RL.RewardScale > 0):
+		return fmt.Errorf("config: rl.reward_scale %v must be positive", c.RL.RewardScale)
+	case c.RL.MiniBatchRows < 0 || (c.RL.MiniBatchRows == 0 && c.RL.MiniBatches < 1):
+		return fmt.Errorf("config: rl.mini_batch_rows %d: want rows per mini-batch (>= 1), or 0 with rl.mini_batches >= 1", c.RL.MiniBatchRows)
+	case c.RL.ClipRatioC != 0 && !(c.RL.ClipRatioC > 1):
+		return fmt.Errorf("config: rl.clip_ratio_c %v must be 0 (off) or above 1", c.RL.ClipRatioC)
+	case c.RL.EntropyCoef < 0:
+		return fmt.Errorf("config: rl.entropy_coef %v must be >= 0", c.RL.EntropyCoef)
+	case c.RL.LR <= 0 || c.RL.MaxRefusals < 1 || c.RL.AdvEps <= 0:
+		return errors.New("config: rl needs lr > 0, max_refusals >= 1, adv_eps > 0")
 	case c.RL.Lambda < 0 || c.RL.Beta <= 0 || c.RL.KLCoef < 0 || c.RL.ClipEps <= 0 || c.RL.ClipEps >= 1 || c.RL.MicroBatchTokens < 2:
 		return errors.New("config: rl needs lambda >= 0, beta > 0, kl_coef >= 0, clip_eps in (0, 1), micro_batch_tokens >= 2")
 	case c.Eval.Episodes < 0 || c.Eval.Every < 0:
@@ -426,24 +475,23 @@ const (
 	LRCosine   = "cosine"
 )
 
-// StepLR is the learning rate of stage 2's optimizer step for mini-batch b
-// (0-based) of iteration k (1-based). It depends on the step's place in
-// the run's plan, not on how many steps were taken (a skipped or refused
-// step does not shift the schedule), so a resumed run continues it
-// exactly.
-func (c Config) StepLR(k, b int) float64 {
+// StepLR is the learning rate of stage 2's mini-batch b (0-based) of nb in
+// iteration k (1-based), the run's s-th mini-batch (0-based, refused ones
+// counted). It depends on the step's place in the run's plan, not on how
+// many steps were taken, so a resumed run continues it exactly.
+func (c Config) StepLR(k, b, nb, s int) float64 {
 	rl := c.RL
-	s := (k-1)*rl.MiniBatches + b
 	if s < rl.WarmupSteps {
 		return rl.LR * float64(s+1) / float64(rl.WarmupSteps+1)
 	}
-	if rl.LRSchedule != LRCosine {
+	if rl.LRSchedule != LRCosine || c.Iterations < 1 {
 		return rl.LR
 	}
-	decay := c.Iterations*rl.MiniBatches - rl.WarmupSteps // steps after the warm-up
-	if decay <= 1 {
-		return rl.LR
-	}
-	p := min(1, float64(s-rl.WarmupSteps)/float64(decay-1))
+	p := min(1, (float64(k-1)+float64(b)/float64(max(1, nb)))/float64(c.Iterations))
 	return rl.LR * (rl.MinLRFrac + (1-rl.MinLRFrac)*0.5*(1+math.Cos(math.Pi*p)))
+}
+
+// advantageParams are the run's GRPO advantage settings.
+func (c Config) advantageParams() AdvantageParams {
+	return AdvantageParams{Mode: c.RL.Advantage, Norm: c.RL.AdvNorm, Outcome: c.RL.Outcome, Scale: c.RL.RewardScale, Penalty: c.Rollout.InvalidPenalty, Eps: c.RL.AdvEps}
 }

@@ -9,10 +9,13 @@ import (
 // wiring converts it to). Position k of the per-position slices refers to
 // IDs[k] predicted from IDs[:k].
 type Row struct {
-	ID          string
-	IDs         []int
-	Train       []bool
-	Advantage   float64
+	ID        string
+	IDs       []int
+	Train     []bool
+	Advantage float64
+	// Advantages, when set, holds one advantage per position (a chat-mode
+	// row spans many steps); Advantage is then unused.
+	Advantages  []float32
 	OldLogP     []float32
 	RefLogP     []float32
 	TeacherLogP []float32

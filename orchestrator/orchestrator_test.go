@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -102,37 +103,127 @@ func traj(id string, group int, ret float64) *rollout.Trajectory {
 	return &rollout.Trajectory{ID: id, Group: group, Return: ret, Mode: rollout.ModeWindow}
 }
 
-func TestAdvantagesPerGroup(t *testing.T) {
-	trajs := []*rollout.Trajectory{traj("a", 0, 1), traj("b", 0, 0), traj("c", 0, 0), traj("d", 0, 1), traj("e", 1, 0.5), traj("f", 1, 0.5)}
-	adv := Advantages(trajs, 1e-6, AdvNormStd)
-	// Group 0: mean 0.5, unbiased std sqrt(1/3).
-	want := 0.5 / math.Sqrt(1.0/3)
-	if math.Abs(adv["a"]-want) > 1e-5 || math.Abs(adv["b"]+want) > 1e-5 {
-		t.Errorf("group 0 advantages %v %v, want ±%v", adv["a"], adv["b"], want)
+// stepTraj is a trajectory of group g whose steps are valid except those
+// listed, each with one sampled token.
+func stepTraj(id string, g int, won bool, steps int, invalid ...int) *rollout.Trajectory {
+	t := &rollout.Trajectory{ID: id, Group: g, Won: won, Mode: rollout.ModeWindow}
+	for i := range steps {
+		t.Steps = append(t.Steps, rollout.Step{Index: i, PromptIDs: []int{1}, ResponseIDs: []int{2}, Valid: !slices.Contains(invalid, i)})
 	}
-	if adv["e"] != 0 || adv["f"] != 0 {
-		t.Errorf("equal returns must give 0, got %v %v", adv["e"], adv["f"])
+	if won {
+		t.Steps[steps-1].EnvReward = 1
 	}
-	// Equal returns whose mean does not round-trip (0.1·3/3 ≠ 0.1) are
-	// still exactly 0.
-	for id, a := range Advantages([]*rollout.Trajectory{traj("r1", 0, 0.1), traj("r2", 0, 0.1), traj("r3", 0, 0.1)}, 1e-6, AdvNormStd) {
-		if a != 0 {
-			t.Errorf("flat group: A[%s] = %v, want exactly 0", id, a)
+	return t
+}
+
+// TestStepAdvantagesHandComputed checks GRPO's advantages against values
+// worked out by hand from the published formulas: step rows (verl-agent),
+// trajectory returns (the paper's notation), std and mean-only
+// normalisation, the invalid-action penalty on the ×10 scale.
+func TestStepAdvantagesHandComputed(t *testing.T) {
+	// Group 0: a 2-step winner whose step 1 was invalid, a 3-step loser
+	// whose step 0 was invalid.
+	group := func() []*rollout.Trajectory {
+		return []*rollout.Trajectory{stepTraj("w", 0, true, 2, 1), stepTraj("l", 0, false, 3, 0)}
+	}
+	ref := AdvantageParams{Mode: AdvStepRows, Norm: AdvNormStd, Outcome: OutcomeSuccess, Scale: 10, Penalty: 0.1, Eps: 1e-6}
+	// Step rows: rewards 10, 9.9 | −0.1, 0, 0; mean 19.8/5 = 3.96;
+	// deviations 6.04, 5.94, −4.06, −3.96, −3.96; unbiased variance
+	// (36.4816 + 35.2836 + 16.4836 + 2·15.6816)/4 = 29.903.
+	std := math.Sqrt(29.903)
+	mean := AdvantageParams(ref)
+	mean.Norm = AdvNormNone
+	traj := ref
+	traj.Mode = AdvTrajectory
+	trajMean := traj
+	trajMean.Norm = AdvNormNone
+	cases := []struct {
+		name string
+		p    AdvantageParams
+		w, l []float64
+	}{
+		{"step rows, std", ref, []float64{6.04 / std, 5.94 / std}, []float64{-4.06 / std, -3.96 / std, -3.96 / std}},
+		{"step rows, mean only", mean, []float64{6.04, 5.94}, []float64{-4.06, -3.96, -3.96}},
+		// Trajectory returns 10 − 0.1 = 9.9 and −0.1: mean 4.9, unbiased
+		// std √50, so ±5/√50 = ±1/√2 on every step.
+		{"trajectory, std", traj, []float64{1 / math.Sqrt2, 1 / math.Sqrt2}, []float64{-1 / math.Sqrt2, -1 / math.Sqrt2, -1 / math.Sqrt2}},
+		{"trajectory, mean only", trajMean, []float64{5, 5}, []float64{-5, -5, -5}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			adv, gs := StepAdvantages(group(), c.p)
+			for id, want := range map[string][]float64{"w": c.w, "l": c.l} {
+				got := adv[id]
+				if len(got) != len(want) {
+					t.Fatalf("%s: %d advantages, want %d", id, len(got), len(want))
+				}
+				for i := range want {
+					if math.Abs(got[i]-want[i]) > 1e-5 {
+						t.Errorf("%s step %d: A = %.7f, want %.7f", id, i, got[i], want[i])
+					}
+				}
+			}
+			if gs.Groups != 1 || gs.Flat != 0 || gs.FlatFailing != 0 || gs.FlatWinning != 0 {
+				t.Errorf("group stats %+v, want one mixed group", gs)
+			}
+		})
+	}
+	// The long loser weighs on the statistics: with step rows, one 2-step
+	// winner among three 6-step losers gets a larger advantage per row than
+	// the losers' rows get below zero, and the token-weighted mean is 0.
+	g := []*rollout.Trajectory{stepTraj("w", 0, true, 2), stepTraj("a", 0, false, 6), stepTraj("b", 0, false, 6), stepTraj("c", 0, false, 6)}
+	adv, _ := StepAdvantages(g, ref)
+	sum := 0.0
+	for _, a := range adv {
+		for _, v := range a {
+			sum += v
 		}
 	}
-	// Dr. GRPO: no division, so a group that differs only by a shaping
-	// penalty keeps small advantages.
-	shaped := []*rollout.Trajectory{traj("p", 0, -0.1), traj("q", 0, -0.3), traj("w", 1, 1), traj("x", 1, 0)}
-	for norm, want := range map[string][4]float64{
-		AdvNormStd:  {1 / math.Sqrt(2), -1 / math.Sqrt(2), 1 / math.Sqrt(2), -1 / math.Sqrt(2)},
-		AdvNormNone: {0.1, -0.1, 0.5, -0.5},
-	} {
-		adv := Advantages(shaped, 1e-9, norm)
-		for i, id := range []string{"p", "q", "w", "x"} {
-			if math.Abs(adv[id]-want[i]) > 1e-6 {
-				t.Errorf("%s: A[%s] = %v, want %v", norm, id, adv[id], want[i])
+	if math.Abs(sum) > 1e-9 || adv["w"][0] <= -adv["a"][0] {
+		t.Errorf("step rows: sum %v (want 0), winner %v vs loser %v", sum, adv["w"][0], adv["a"][0])
+	}
+	// WebShop's graded score: "env" trains on it, "success" only on a win.
+	half := stepTraj("h", 0, false, 1)
+	half.Steps[0].EnvReward = 0.5
+	zero := stepTraj("z", 0, false, 1)
+	envP := mean
+	envP.Outcome = OutcomeEnv
+	if adv, _ := StepAdvantages([]*rollout.Trajectory{half, zero}, envP); math.Abs(adv["h"][0]-2.5) > 1e-9 || math.Abs(adv["z"][0]+2.5) > 1e-9 {
+		t.Errorf("env outcome: A = %v, %v, want 2.5, -2.5 (10·0.5 against 0)", adv["h"], adv["z"])
+	}
+	if adv, gs := StepAdvantages([]*rollout.Trajectory{half, zero}, mean); adv["h"][0] != 0 || gs.Flat != 1 || gs.FlatFailing != 1 {
+		t.Errorf("success outcome: a half score is no win: A = %v, stats %+v", adv["h"], gs)
+	}
+}
+
+// Flat groups: equal rewards give exactly 0 (not the rounding residue of
+// r − mean), broken-environment episodes are left out, and the group
+// shares are counted.
+func TestStepAdvantagesFlatGroups(t *testing.T) {
+	p := AdvantageParams{Mode: AdvStepRows, Norm: AdvNormStd, Outcome: OutcomeEnv, Scale: 0.1, Penalty: 0, Eps: 1e-6}
+	var trajs []*rollout.Trajectory
+	for i := range 3 {
+		tr := stepTraj(fmt.Sprint("f", i), 0, false, 2)
+		tr.Steps[1].EnvReward = 1 // 0.1 each: 0.1·3/3 ≠ 0.1 in floating point
+		trajs = append(trajs, tr)
+	}
+	trajs = append(trajs, stepTraj("win1", 1, true, 2), stepTraj("win2", 1, true, 3))
+	broken := stepTraj("broken", 1, false, 1)
+	broken.EnvError = "connection reset"
+	trajs = append(trajs, broken, stepTraj("mixed-w", 2, true, 1), stepTraj("mixed-l", 2, false, 1))
+	adv, gs := StepAdvantages(trajs, p)
+	for _, id := range []string{"f0", "f1", "f2", "win1", "win2"} {
+		for i, a := range adv[id] {
+			if a != 0 {
+				t.Errorf("flat group: A[%s][%d] = %v, want exactly 0", id, i, a)
 			}
 		}
+	}
+	if _, ok := adv["broken"]; ok {
+		t.Error("a broken-environment episode got advantages")
+	}
+	if gs.Groups != 3 || math.Abs(gs.Flat-2.0/3) > 1e-12 || math.Abs(gs.FlatFailing-1.0/3) > 1e-12 || math.Abs(gs.FlatWinning-1.0/3) > 1e-12 {
+		t.Errorf("group stats %+v, want 3 groups, 2/3 flat, 1/3 failing, 1/3 winning", gs)
 	}
 }
 
@@ -145,24 +236,33 @@ func windowTraj() *rollout.Trajectory {
 	return t
 }
 
-func TestDropFlatKeepsRowsWithSignal(t *testing.T) {
+// dropFlat drops the same rows whatever the method: a distilled token does
+// not keep a zero-advantage row (GRPO and SEED keep one normaliser).
+func TestDropFlatIsTheSameForEveryMethod(t *testing.T) {
+	tr := []bool{false, true}
 	rows := []Row{
-		{ID: "flat", Advantage: 0, Distill: []bool{false, false}},
-		{ID: "adv", Advantage: -0.5},
-		{ID: "distilled", Advantage: 0, Distill: []bool{false, true}},
-		{ID: "flat-no-teacher", Advantage: 0},
+		{ID: "flat", Advantage: 0, Train: tr, Distill: []bool{false, false}},
+		{ID: "adv", Advantage: -0.5, Train: tr},
+		{ID: "distilled", Advantage: 0, Train: tr, Distill: []bool{false, true}},
+		{ID: "flat-no-teacher", Advantage: 0, Train: tr},
+		{ID: "chat-mixed", Train: []bool{false, true, true}, Advantages: []float32{0, 0, 0.3}},
+		{ID: "chat-flat", Train: []bool{false, true, true}, Advantages: []float32{0, 0, 0}},
 	}
 	var ids []string
 	for _, r := range dropFlat(rows) {
 		ids = append(ids, r.ID)
 	}
-	if strings.Join(ids, ",") != "adv,distilled" {
-		t.Fatalf("kept %v, want adv and distilled", ids)
+	if strings.Join(ids, ",") != "adv,chat-mixed" {
+		t.Fatalf("kept %v, want adv and chat-mixed", ids)
+	}
+	tm, zero := advantageFigures([]Row{{Train: tr, Advantage: 1}, {Train: []bool{false, true, true}, Advantages: []float32{0, -1, -1}}})
+	if math.Abs(tm+1.0/3) > 1e-9 || zero != 0 {
+		t.Errorf("token-weighted mean %v (want −1/3), zero-advantage rows %v (want 0)", tm, zero)
 	}
 }
 
 func TestPlainRowsWindowMode(t *testing.T) {
-	rows, err := plainRows(windowTraj(), 0.7)
+	rows, err := plainRows(windowTraj(), []float64{0.7, -0.2})
 	if err != nil || len(rows) != 2 {
 		t.Fatalf("%d rows, %v", len(rows), err)
 	}
@@ -170,10 +270,23 @@ func TestPlainRowsWindowMode(t *testing.T) {
 	if !slices.Equal(r.IDs, []int{1, 2, 3, 7, 8}) || r.Train[2] || !r.Train[3] || !r.Train[4] || r.OldLogP[4] != -0.25 || r.Advantage != 0.7 {
 		t.Errorf("row 0 %+v", r)
 	}
+	if rows[1].Advantage != -0.2 {
+		t.Errorf("row 1 advantage %v, want its step's -0.2", rows[1].Advantage)
+	}
+	// Chat mode: one row, each step's tokens with that step's advantage.
+	ct := windowTraj()
+	ct.Mode = rollout.ModeChat
+	rows, err = plainRows(ct, []float64{0.7, -0.2})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("chat: %d rows, %v", len(rows), err)
+	}
+	if got := fmt.Sprint(rows[0].Advantages); got != "[0 0 0 0.7 0.7 0 0 0 -0.2]" {
+		t.Errorf("chat per-position advantages %s", got)
+	}
 }
 
 func TestAttachTeacherAlignsAndRefusesMismatch(t *testing.T) {
-	rows, _ := plainRows(windowTraj(), 1)
+	rows, _ := plainRows(windowTraj(), []float64{1, 1})
 	tc := &skills.TeacherContext{TrajectoryID: "t", Pairs: []skills.SeqPair{
 		{Plain: []int{1, 2, 3, 7, 8}, Teacher: []int{1, 50, 51, 2, 3, 7, 8}, Spans: []skills.Span{{Step: 0, PlainStart: 3, TeacherStart: 5, Len: 2, Distill: true}}},
 		{Plain: []int{1, 2, 4, 9}, Teacher: []int{1, 2, 4, 9}, Spans: []skills.Span{{Step: 1, PlainStart: 3, TeacherStart: 3, Len: 1, Distill: false}}},
@@ -189,7 +302,7 @@ func TestAttachTeacherAlignsAndRefusesMismatch(t *testing.T) {
 	if rows[0].TeacherLogP[3] != -0.1 || rows[0].TeacherLogP[4] != -0.2 {
 		t.Errorf("teacher log-probs %v", rows[0].TeacherLogP)
 	}
-	rows, _ = plainRows(windowTraj(), 1)
+	rows, _ = plainRows(windowTraj(), []float64{1, 1})
 	tc.Pairs[1].Plain = []int{1, 2, 5, 9}
 	if _, err := attachTeacher(rows, tc); !errors.Is(err, skills.ErrMisaligned) {
 		t.Errorf("mismatched plain sequence: %v", err)

@@ -11,74 +11,228 @@ import (
 
 // Advantage normalisations (RLConfig.AdvNorm).
 const (
-	// AdvNormStd is GRPO's: A_i = (R_i − mean_G R) / (std_G R + ε).
+	// AdvNormStd is GRPO's: A = (r − mean_G r) / (std_G r + ε).
 	AdvNormStd = "std"
-	// AdvNormNone is Dr. GRPO's: A_i = R_i − mean_G R. Without the division
-	// a group whose returns differ only by small shaping terms (the
-	// invalid-action penalty when nobody won) gets small advantages instead
-	// of full-size ones.
+	// AdvNormNone is mean-only normalisation, A = r − mean_G r: verl's
+	// norm_adv_by_std_in_grpo=False (the reference WebShop script's
+	// mean_norm), also Dr. GRPO's.
 	AdvNormNone = "none"
 )
 
-// Advantages computes GRPO advantages per trajectory ID:
-// A_i = (R_i − mean_G R) / (std_G R + ε) within each group (unbiased std,
-// as verl's GRPO); with norm AdvNormNone the division is left out. A flat
-// group — one member, or all returns equal — gets exactly 0 (not the
-// rounding residue of R − mean), so dropFlat recognises it.
-func Advantages(trajs []*rollout.Trajectory, eps float64, norm string) map[string]float64 {
-	out := map[string]float64{}
-	for _, g := range skills.Groups(trajs) {
-		flat := true
-		mean := 0.0
-		for _, t := range g {
-			mean += t.Return
-			flat = flat && t.Return == g[0].Return
+// Advantage granularities (RLConfig.Advantage).
+const (
+	// AdvStepRows is the public SEED code's (verl-agent's multi-turn
+	// GRPO): every step of every trajectory is a row with reward
+	// scale·outcome − penalty·[this step's action invalid], normalised over
+	// all step rows of the task's group. A long losing episode contributes
+	// many rows to the group's statistics, a short winning one few.
+	AdvStepRows = "step_rows"
+	// AdvTrajectory is the paper's notation: one return per trajectory,
+	// scale·outcome − penalty·(invalid steps), normalised over the G
+	// trajectories and copied to every step.
+	AdvTrajectory = "trajectory"
+)
+
+// Outcome rewards (RLConfig.Outcome).
+const (
+	// OutcomeSuccess rewards a won episode with 1 (before the scale), any
+	// other with 0: the reference trains WebShop on 10 only at score 1.
+	OutcomeSuccess = "success"
+	// OutcomeEnv is the environment's own reward summed over the episode
+	// (WebShop's graded score in [0, 1]; 0/1 elsewhere).
+	OutcomeEnv = "env"
+)
+
+// AdvantageParams are what GRPO advantages depend on.
+type AdvantageParams struct {
+	Mode    string  // AdvStepRows or AdvTrajectory
+	Norm    string  // AdvNormStd or AdvNormNone
+	Outcome string  // OutcomeSuccess or OutcomeEnv
+	Scale   float64 // reward for a full outcome (reference 10)
+	Penalty float64 // per invalid step (reference 0.1)
+	Eps     float64 // ε of the std normalisation
+}
+
+// GroupStats describe the iteration's GRPO groups: Flat is the share of
+// groups whose rows all carry one reward (GRPO has no gradient there),
+// FlatFailing the share of groups in which no trajectory won and
+// FlatWinning in which all did.
+type GroupStats struct {
+	Groups                         int
+	Flat, FlatFailing, FlatWinning float64
+}
+
+// outcome is a trajectory's outcome before the scale.
+func (p AdvantageParams) outcome(t *rollout.Trajectory) float64 {
+	if p.Outcome == OutcomeEnv {
+		r := 0.0
+		for _, s := range t.Steps {
+			r += s.EnvReward
 		}
-		if flat {
-			for _, t := range g {
-				out[t.ID] = 0
+		return r
+	}
+	if t.Won {
+		return 1
+	}
+	return 0
+}
+
+// hasRow says whether step s becomes a training row (it has sampled tokens).
+func hasRow(s rollout.Step) bool { return len(s.ResponseIDs) > 0 }
+
+// StepAdvantages computes GRPO advantages for every step of every
+// trajectory (indexed by trajectory ID, then step; a step without sampled
+// tokens gets 0). Episodes whose environment broke are left out of the
+// statistics and get no advantages: they are not evidence. Statistics use
+// the unbiased std as verl's GRPO does; a group whose rewards are all equal
+// gets exactly 0 (not the rounding residue of r − mean).
+func StepAdvantages(trajs []*rollout.Trajectory, p AdvantageParams) (map[string][]float64, GroupStats) {
+	out := map[string][]float64{}
+	var gs GroupStats
+	var flat, flatFail, flatWin int
+	for _, g := range skills.Groups(trajs) {
+		var members []*rollout.Trajectory
+		for _, t := range g {
+			if t.EnvError == "" {
+				members = append(members, t)
 			}
+		}
+		if len(members) == 0 {
 			continue
 		}
-		mean /= float64(len(g))
-		std := 0.0
-		for _, t := range g {
-			std += (t.Return - mean) * (t.Return - mean)
-		}
-		std = math.Sqrt(std / float64(len(g)-1))
-		for _, t := range g {
-			if norm == AdvNormNone {
-				out[t.ID] = t.Return - mean
-			} else {
-				out[t.ID] = (t.Return - mean) / (std + eps)
+		gs.Groups++
+		// One reward per statistics unit: a step row or a trajectory.
+		var rewards []float64
+		unit := make([][]int, len(members)) // member → indexes into rewards, per step
+		for m, t := range members {
+			unit[m] = make([]int, len(t.Steps))
+			base := p.Scale * p.outcome(t)
+			if p.Mode == AdvTrajectory {
+				r := base
+				for _, s := range t.Steps {
+					if !s.Valid {
+						r -= p.Penalty
+					}
+				}
+				for i := range t.Steps {
+					unit[m][i] = len(rewards)
+				}
+				rewards = append(rewards, r)
+				continue
 			}
+			for i, s := range t.Steps {
+				unit[m][i] = -1
+				if !hasRow(s) {
+					continue
+				}
+				r := base
+				if !s.Valid {
+					r -= p.Penalty
+				}
+				unit[m][i] = len(rewards)
+				rewards = append(rewards, r)
+			}
+		}
+		wins := 0
+		for _, t := range members {
+			if t.Won {
+				wins++
+			}
+		}
+		adv := normalise(rewards, p.Norm, p.Eps)
+		if isFlat(rewards) {
+			flat++
+		}
+		switch wins {
+		case 0:
+			flatFail++
+		case len(members):
+			flatWin++
+		}
+		for m, t := range members {
+			a := make([]float64, len(t.Steps))
+			for i, u := range unit[m] {
+				if u >= 0 {
+					a[i] = adv[u]
+				}
+			}
+			out[t.ID] = a
+		}
+	}
+	if gs.Groups > 0 {
+		n := float64(gs.Groups)
+		gs.Flat, gs.FlatFailing, gs.FlatWinning = float64(flat)/n, float64(flatFail)/n, float64(flatWin)/n
+	}
+	return out, gs
+}
+
+func isFlat(r []float64) bool {
+	for _, v := range r {
+		if v != r[0] {
+			return false
+		}
+	}
+	return true
+}
+
+// normalise is GRPO's group normalisation of rewards r. Fewer than two
+// values or all equal: zeros.
+func normalise(r []float64, norm string, eps float64) []float64 {
+	out := make([]float64, len(r))
+	if len(r) < 2 || isFlat(r) {
+		return out
+	}
+	mean := 0.0
+	for _, v := range r {
+		mean += v
+	}
+	mean /= float64(len(r))
+	std := 0.0
+	for _, v := range r {
+		std += (v - mean) * (v - mean)
+	}
+	std = math.Sqrt(std / float64(len(r)-1))
+	for i, v := range r {
+		if norm == AdvNormNone {
+			out[i] = v - mean
+		} else {
+			out[i] = (v - mean) / (std + eps)
 		}
 	}
 	return out
 }
 
 // plainRows turns a trajectory into training rows: one per step in window
-// mode (the step's prompt and response), one per trajectory in chat mode.
-// Train marks sampled response tokens; OldLogP holds the sampling
-// log-probs the server returned.
-func plainRows(t *rollout.Trajectory, adv float64) ([]Row, error) {
+// mode (the step's prompt and response), one per trajectory in chat mode,
+// where each step's tokens carry that step's advantage. adv holds one
+// advantage per step (nil: all 0). Train marks sampled response tokens;
+// OldLogP holds the sampling log-probs the server returned.
+func plainRows(t *rollout.Trajectory, adv []float64) ([]Row, error) {
+	stepAdv := func(i int) float64 {
+		if i < len(adv) {
+			return adv[i]
+		}
+		return 0
+	}
 	if t.Mode == rollout.ModeChat {
 		ids, sampled := t.Sequence()
 		old := make([]float32, len(ids))
+		perPos := make([]float32, len(ids))
 		k := 0
-		for _, s := range t.Steps {
+		for i, s := range t.Steps {
 			k += len(s.PromptIDs)
 			for j := range s.ResponseIDs {
 				if j < len(s.LogProbs) {
 					old[k+j] = float32(s.LogProbs[j])
 				}
+				perPos[k+j] = float32(stepAdv(i))
 			}
 			k += len(s.ResponseIDs) + len(s.ClosingIDs)
 		}
 		if len(ids) < 2 {
 			return nil, nil
 		}
-		return []Row{{ID: t.ID, IDs: ids, Train: sampled, Advantage: adv, OldLogP: old}}, nil
+		return []Row{{ID: t.ID, IDs: ids, Train: sampled, Advantages: perPos, OldLogP: old}}, nil
 	}
 	var rows []Row
 	for i, s := range t.Steps {
@@ -97,7 +251,7 @@ func plainRows(t *rollout.Trajectory, adv float64) ([]Row, error) {
 		if len(s.PromptIDs) == 0 {
 			return nil, fmt.Errorf("trajectory %s step %d: empty prompt", t.ID, i)
 		}
-		rows = append(rows, Row{ID: fmt.Sprintf("%s/%d", t.ID, i), IDs: ids, Train: train, Advantage: adv, OldLogP: old})
+		rows = append(rows, Row{ID: fmt.Sprintf("%s/%d", t.ID, i), IDs: ids, Train: train, Advantage: stepAdv(i), OldLogP: old})
 	}
 	return rows, nil
 }

@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"time"
 
@@ -545,7 +544,7 @@ func (r *run) sftExamples(recs []skills.Record) ([]SFTExample, error) {
 func actingExamples(trajs []*rollout.Trajectory, n int, seed int64, maxLen int) []SFTExample {
 	var all []SFTExample
 	for _, t := range trajs {
-		rows, err := plainRows(t, 0)
+		rows, err := plainRows(t, nil)
 		if err != nil {
 			continue
 		}
@@ -749,7 +748,8 @@ func (r *run) iterationAnalyzer(k int) (skills.Analyzer, error) {
 // buildRows makes the training rows: plain sequences with advantages,
 // teacher log-probs on distilled tokens, reference log-probs for the KL.
 func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, sks map[string]*skills.Skill, vals iterStats) ([]Row, error) {
-	adv := Advantages(trajs, r.cfg.RL.AdvEps, r.cfg.RL.AdvNorm)
+	adv, gs := StepAdvantages(trajs, r.cfg.advantageParams())
+	vals["flat_group_share"], vals["flat_failing_share"], vals["flat_winning_share"] = gs.Flat, gs.FlatFailing, gs.FlatWinning
 	mode, _ := skills.ParseMode(r.cfg.SkillMode)
 	tmpl := rollout.TemplateFor(r.env.Name)
 	var rows []Row
@@ -759,6 +759,7 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, sks ma
 	}
 	var teacherSeqs [][]int
 	var pend []pending
+	fallbacks := 0
 	for _, t := range trajs {
 		if t.EnvError != "" {
 			continue // a broken environment's episode is not evidence
@@ -772,6 +773,7 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, sks ma
 			if err != nil {
 				return nil, fmt.Errorf("teacher context of %s: %w", t.ID, err)
 			}
+			fallbacks += tc.Fallbacks
 			seqs, err := attachTeacher(tr, tc)
 			if err != nil {
 				return nil, err
@@ -794,11 +796,12 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, sks ma
 			fillTeacher(&rows[p.row], p.pair, lps[i])
 		}
 	}
-	if !r.cfg.RL.KeepFlat {
+	if r.cfg.RL.DropFlat {
 		n := len(rows)
 		rows = dropFlat(rows)
 		vals["flat_rows_dropped"] = float64(n - len(rows))
 	}
+	vals["adv_token_mean"], vals["zero_adv_row_share"] = advantageFigures(rows)
 	if len(rows) == 0 {
 		return nil, nil
 	}
@@ -833,26 +836,60 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, sks ma
 	}
 	vals["rows"] = float64(len(rows))
 	vals["teacher_sequences"] = float64(len(teacherSeqs))
+	// Turns whose skill went before the action request or to the turn's
+	// end because the turn had no task line (or no request).
+	vals["skill_fallback_placements"] = float64(fallbacks)
 	return rows, nil
 }
 
-// update runs the iteration's optimizer steps (MiniBatches of the rows in a
-// seeded order), averaging their metrics into vals.
+// miniBatches cuts the iteration's rows into mini-batches (indexes into
+// rows): MiniBatchRows rows each, in order or in a seeded order with
+// Shuffle, one pass; or, with MiniBatchRows 0, MiniBatches interleaved
+// parts of a seeded shuffle.
+func (c Config) miniBatches(n, k int) [][]int {
+	rng := rand.New(rand.NewPCG(uint64(c.Seed), uint64(k)))
+	var out [][]int
+	if c.RL.MiniBatchRows == 0 {
+		order := rng.Perm(n)
+		nb := min(c.RL.MiniBatches, n)
+		for b := 0; b < nb; b++ {
+			var mb []int
+			for i := b; i < n; i += nb {
+				mb = append(mb, order[i])
+			}
+			out = append(out, mb)
+		}
+		return out
+	}
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	if c.RL.Shuffle {
+		order = rng.Perm(n)
+	}
+	for lo := 0; lo < n; lo += c.RL.MiniBatchRows {
+		out = append(out, order[lo:min(lo+c.RL.MiniBatchRows, n)])
+	}
+	return out
+}
+
+// update runs the iteration's optimizer steps, one per mini-batch,
+// averaging their metrics into vals.
 func (r *run) update(ctx context.Context, k int, rows []Row, vals iterStats) error {
-	rng := rand.New(rand.NewPCG(uint64(r.cfg.Seed), uint64(k)))
-	order := rng.Perm(len(rows))
-	nb := min(r.cfg.RL.MiniBatches, len(rows))
+	mbs := r.cfg.miniBatches(len(rows), k)
 	sum, count := map[string]float64{}, map[string]int{}
 	steps := 0
-	for b := 0; b < nb; b++ {
-		var batch []Row
-		for i := b; i < len(order); i += nb {
-			batch = append(batch, rows[order[i]])
+	defer func() { r.st.MiniBatchesDone += len(mbs) }()
+	for b, idx := range mbs {
+		batch := make([]Row, len(idx))
+		for i, j := range idx {
+			batch[i] = rows[j]
 		}
 		if !anyTrained(batch) {
 			continue
 		}
-		lr := r.cfg.StepLR(k, b)
+		lr := r.cfg.StepLR(k, b, len(mbs), r.st.MiniBatchesDone+b)
 		st, err := r.learner.Step(ctx, batch, lr)
 		if IsRefusal(err) {
 			r.st.Refusals++
@@ -887,16 +924,61 @@ func (r *run) update(ctx context.Context, k int, rows []Row, vals iterStats) err
 		vals[name] = sum[name] / float64(max(1, count[name]))
 	}
 	vals["optimizer_steps"] = float64(steps)
+	vals["mini_batches"] = float64(len(mbs))
 	return nil
 }
 
-// dropFlat keeps the rows with a learning signal besides the KL: a nonzero
-// advantage or a distilled token (in place).
+// advantage is row position k's advantage.
+func (row *Row) advantage(k int) float64 {
+	if row.Advantages != nil {
+		return float64(row.Advantages[k])
+	}
+	return row.Advantage
+}
+
+// flat says whether every trained token of the row has advantage 0.
+func (row *Row) flat() bool {
+	for k, tr := range row.Train {
+		if tr && row.advantage(k) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// advantageFigures are the token-weighted mean advantage over trained
+// tokens (negative: the update pushes sampled tokens down on the whole)
+// and the share of rows with no advantage anywhere.
+func advantageFigures(rows []Row) (tokenMean, zeroRows float64) {
+	sum, n, zero := 0.0, 0, 0
+	for i := range rows {
+		row := &rows[i]
+		for k, tr := range row.Train {
+			if tr {
+				sum += row.advantage(k)
+				n++
+			}
+		}
+		if row.flat() {
+			zero++
+		}
+	}
+	if n > 0 {
+		tokenMean = sum / float64(n)
+	}
+	if len(rows) > 0 {
+		zeroRows = float64(zero) / float64(len(rows))
+	}
+	return tokenMean, zeroRows
+}
+
+// dropFlat keeps the rows with a nonzero advantage somewhere (in place),
+// whatever the method: GRPO and SEED lose the same rows.
 func dropFlat(rows []Row) []Row {
 	kept := rows[:0]
-	for _, row := range rows {
-		if row.Advantage != 0 || slices.Contains(row.Distill, true) {
-			kept = append(kept, row)
+	for i := range rows {
+		if !rows[i].flat() {
+			kept = append(kept, rows[i])
 		}
 	}
 	return kept

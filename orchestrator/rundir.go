@@ -25,9 +25,13 @@ type State struct {
 	Checkpoint string `json:"checkpoint"`
 	Reference  string `json:"reference"`
 	// DataCursor is the number of training tasks consumed so far.
-	DataCursor int        `json:"data_cursor"`
-	Refusals   int        `json:"refusals_in_a_row"`
-	BaseEval   *EvalPoint `json:"base_eval,omitempty"`
+	DataCursor int `json:"data_cursor"`
+	Refusals   int `json:"refusals_in_a_row"`
+	// MiniBatchesDone counts stage 2's mini-batches of finished iterations
+	// (refused and skipped ones included): the learning-rate schedule's
+	// position.
+	MiniBatchesDone int        `json:"mini_batches_done,omitempty"`
+	BaseEval        *EvalPoint `json:"base_eval,omitempty"`
 	// BaseEvalFrom names the run the base evaluation was measured in when
 	// this run reused it (Deps.BaseEval); empty when measured here.
 	BaseEvalFrom string     `json:"base_eval_from,omitempty"`

@@ -45,7 +45,7 @@ func (s *stepRecorder) Step(_ context.Context, rows []Row, lr float64) (StepStat
 // A figure only some steps report is averaged over those steps.
 func TestUpdateAveragesSparseFiguresOverTheirSteps(t *testing.T) {
 	cfg := Default()
-	cfg.RL.MiniBatches = 3
+	cfg.RL.MiniBatchRows, cfg.RL.MiniBatches = 0, 3
 	r := &run{cfg: cfg, learner: &stepRecorder{}, st: &State{}, log: zerolog.Nop()}
 	vals := iterStats{}
 	if err := r.update(context.Background(), 1, trainedRows(6), vals); err != nil {
@@ -92,7 +92,7 @@ func TestUpdateSplitsRowsIntoMiniBatches(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := Default()
 			cfg.Seed = 7
-			cfg.RL.MiniBatches = c.miniBatches
+			cfg.RL.MiniBatchRows, cfg.RL.MiniBatches = 0, c.miniBatches
 			cfg.RL.MaxRefusals = 3
 			if c.maxRefusals > 0 {
 				cfg.RL.MaxRefusals = c.maxRefusals
@@ -152,12 +152,14 @@ func TestUpdateSplitsRowsIntoMiniBatches(t *testing.T) {
 }
 
 // TestStepLR: the stage-2 schedule by (iteration, mini-batch): linear
-// warm-up, then constant or a half cosine down to min_lr_frac at the last
-// planned step.
+// warm-up over the run's first mini-batches, then constant or a half
+// cosine over the run's iterations down to min_lr_frac.
 func TestStepLR(t *testing.T) {
 	cfg := validConfig()
-	cfg.Iterations, cfg.RL.LR, cfg.RL.MiniBatches = 3, 1e-4, 2 // 6 planned steps
+	const nb = 2
+	cfg.Iterations, cfg.RL.LR = 3, 1e-4
 	type kb struct{ k, b int }
+	cosAt := func(p, minFrac float64) float64 { return 1e-4 * (minFrac + (1-minFrac)*0.5*(1+math.Cos(math.Pi*p))) }
 	cases := []struct {
 		name     string
 		schedule string
@@ -167,8 +169,8 @@ func TestStepLR(t *testing.T) {
 	}{
 		{name: "constant", want: map[kb]float64{{1, 0}: 1e-4, {2, 1}: 1e-4, {3, 1}: 1e-4}},
 		{name: "warm-up then constant", schedule: LRConstant, warmup: 3, want: map[kb]float64{{1, 0}: 0.25e-4, {1, 1}: 0.5e-4, {2, 0}: 0.75e-4, {2, 1}: 1e-4, {3, 1}: 1e-4}},
-		{name: "cosine", schedule: LRCosine, minFrac: 0.1, want: map[kb]float64{{1, 0}: 1e-4, {3, 1}: 0.1e-4, {2, 0}: 1e-4 * (0.1 + 0.9*0.5*(1+math.Cos(math.Pi*2/5)))}},
-		{name: "warm-up then cosine", schedule: LRCosine, warmup: 1, want: map[kb]float64{{1, 0}: 0.5e-4, {1, 1}: 1e-4, {3, 1}: 0, {2, 1}: 0.5e-4 * (1 + math.Cos(math.Pi*2/4))}},
+		{name: "cosine", schedule: LRCosine, minFrac: 0.1, want: map[kb]float64{{1, 0}: 1e-4, {2, 0}: cosAt(1.0/3, 0.1), {3, 1}: cosAt(2.5/3, 0.1)}},
+		{name: "warm-up then cosine", schedule: LRCosine, warmup: 1, want: map[kb]float64{{1, 0}: 0.5e-4, {1, 1}: cosAt(0.5/3, 0), {2, 1}: cosAt(1.5/3, 0)}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -177,15 +179,16 @@ func TestStepLR(t *testing.T) {
 				t.Fatal(err)
 			}
 			for at, want := range c.want {
-				if got := cfg.StepLR(at.k, at.b); math.Abs(got-want) > 1e-12 {
+				if got := cfg.StepLR(at.k, at.b, nb, (at.k-1)*nb+at.b); math.Abs(got-want) > 1e-12 {
 					t.Errorf("iteration %d mini-batch %d: lr %g, want %g", at.k, at.b, got, want)
 				}
 			}
 			prev := math.Inf(1)
 			for k := 1; k <= cfg.Iterations; k++ {
-				for b := range cfg.RL.MiniBatches {
-					lr := cfg.StepLR(k, b)
-					if s := (k-1)*cfg.RL.MiniBatches + b; s > c.warmup && lr > prev+1e-15 {
+				for b := range nb {
+					s := (k-1)*nb + b
+					lr := cfg.StepLR(k, b, nb, s)
+					if s > c.warmup && lr > prev+1e-15 {
 						t.Errorf("step %d: lr %g rose after the warm-up (from %g)", s, lr, prev)
 					}
 					prev = lr
@@ -195,14 +198,52 @@ func TestStepLR(t *testing.T) {
 	}
 }
 
+// TestUpdateRowMiniBatches: with mini_batch_rows the rows are cut in their
+// order into mini-batches of that many (the last one shorter), one step
+// each, one pass; Shuffle permutes them first (seeded). The run's
+// mini-batch count advances by the iteration's mini-batches.
+func TestUpdateRowMiniBatches(t *testing.T) {
+	cfg := Default()
+	cfg.RL.MiniBatchRows = 3
+	rec := &stepRecorder{}
+	st := &State{MiniBatchesDone: 5}
+	r := &run{cfg: cfg, learner: rec, st: st, log: zerolog.Nop()}
+	vals := iterStats{}
+	if err := r.update(context.Background(), 2, trainedRows(8), vals); err != nil {
+		t.Fatal(err)
+	}
+	want := "[[r0 r1 r2] [r3 r4 r5] [r6 r7]]"
+	if got := fmt.Sprint(rec.batches); got != want {
+		t.Errorf("mini-batches %s, want %s", got, want)
+	}
+	if vals["optimizer_steps"] != 3 || vals["mini_batches"] != 3 || st.MiniBatchesDone != 8 {
+		t.Errorf("steps %v, mini-batches %v, run's count %d; want 3, 3, 8", vals["optimizer_steps"], vals["mini_batches"], st.MiniBatchesDone)
+	}
+	cfg.RL.Shuffle = true
+	shuf := &stepRecorder{}
+	r = &run{cfg: cfg, learner: shuf, st: &State{}, log: zerolog.Nop()}
+	if err := r.update(context.Background(), 2, trainedRows(8), iterStats{}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, b := range shuf.batches {
+		for _, id := range b {
+			seen[id] = true
+		}
+	}
+	if len(shuf.batches) != 3 || len(seen) != 8 || fmt.Sprint(shuf.batches) == want {
+		t.Errorf("shuffled mini-batches %v: want 3 batches over all 8 rows in another order", shuf.batches)
+	}
+}
+
 // TestUpdatePassesTheScheduledLR: each Step gets its planned learning rate,
 // also when a mini-batch before it was skipped, and the iteration's metrics
 // carry the mean of the steps made.
 func TestUpdatePassesTheScheduledLR(t *testing.T) {
 	cfg := Default()
-	cfg.Iterations, cfg.RL.LR, cfg.RL.MiniBatches, cfg.RL.WarmupSteps = 2, 1e-4, 3, 4
+	cfg.Iterations, cfg.RL.LR, cfg.RL.MiniBatchRows, cfg.RL.MiniBatches, cfg.RL.WarmupSteps = 2, 1e-4, 0, 3, 4
 	rec := &stepRecorder{}
-	r := &run{cfg: cfg, learner: rec, st: &State{}, log: zerolog.Nop()}
+	r := &run{cfg: cfg, learner: rec, st: &State{MiniBatchesDone: 3}, log: zerolog.Nop()}
 	rows := trainedRows(3)
 	rows[0].Train = []bool{false, false} // its batch is skipped
 	vals := iterStats{}
@@ -214,7 +255,7 @@ func TestUpdatePassesTheScheduledLR(t *testing.T) {
 	}
 	// Iteration 2 holds steps 3, 4 and 5 of the plan: 4/5 of lr at step 3
 	// (the warm-up's last), then lr. The skipped batch keeps its slot.
-	planned := []float64{cfg.StepLR(2, 0), cfg.StepLR(2, 1), cfg.StepLR(2, 2)}
+	planned := []float64{cfg.StepLR(2, 0, 3, 3), cfg.StepLR(2, 1, 3, 4), cfg.StepLR(2, 2, 3, 5)}
 	if math.Abs(planned[0]-0.8e-4) > 1e-15 || planned[1] != 1e-4 || planned[2] != 1e-4 {
 		t.Fatalf("planned rates %v", planned)
 	}

@@ -254,6 +254,38 @@ func TestInsertSkills(t *testing.T) {
 	}
 }
 
+// TestPlaceSkillsFallbacks: observations of real AgentGym servers need not
+// carry the "Your task is to:" line; the episode skill then goes before
+// the action request, and a turn without the request gets skills at its
+// end. Never silently dropped.
+func TestPlaceSkillsFallbacks(t *testing.T) {
+	const req = "Reply with one action."
+	cases := []struct {
+		name, user, epi, step, want string
+		pl                          Placement
+	}{
+		{name: "task line", user: "Room.\nYour task is to: heat an egg.\n" + req, epi: "Heat first.", step: "Open it.",
+			want: "Room.\nYour task is to: heat an egg.\nSkill from experience: Heat first.\nAdvice for this step: Open it.\n" + req, pl: Placement{PlacedTaskLine, PlacedBeforeRequest}},
+		{name: "AgentGym WebShop page", user: "WebShop [SEP] Instruction: [SEP] i need a red shirt [SEP] Search\n" + req, epi: "Search with the colour.",
+			want: "WebShop [SEP] Instruction: [SEP] i need a red shirt [SEP] Search\nSkill from experience: Search with the colour.\n" + req, pl: Placement{Episode: PlacedBeforeRequest}},
+		{name: "SciWorld task without the colon", user: "Your task is to boil water. This room is called the hallway.\n" + req, epi: "Find the stove first.", step: "Go to the kitchen.",
+			want: "Your task is to boil water. This room is called the hallway.\nSkill from experience: Find the stove first.\nAdvice for this step: Go to the kitchen.\n" + req, pl: Placement{PlacedBeforeRequest, PlacedBeforeRequest}},
+		{name: "no request, no task line", user: "You see a door.", epi: "Open doors.", step: "Open it now.",
+			want: "You see a door.\nSkill from experience: Open doors.\nAdvice for this step: Open it now.", pl: Placement{PlacedAppended, PlacedAppended}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, pl := PlaceSkills(c.user, req, c.epi, c.step)
+			if got != c.want || pl != c.pl {
+				t.Errorf("PlaceSkills:\n%q %+v\nwant\n%q %+v", got, pl, c.want, c.pl)
+			}
+			if pl.Fallback() != (c.pl.Episode != "" && c.pl.Episode != PlacedTaskLine || c.pl.Step == PlacedAppended) {
+				t.Errorf("Fallback() = %v for %+v", pl.Fallback(), pl)
+			}
+		})
+	}
+}
+
 // TestTokenInTokenOutWithEmbeddedServer: the sampling log-probs rollout
 // records are the model's own log-probs of the same tokens in the same
 // context, end to end through the embedded server.

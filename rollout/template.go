@@ -166,24 +166,73 @@ func (t Template) userText(observation string, admissible []string, beforeReques
 	return b.String()
 }
 
-// InsertSkills puts an episode skill after the task line and a step skill
-// just before the action request. Empty skills insert nothing.
+// Where a skill went into a user turn (Placement's values).
+const (
+	PlacedTaskLine      = "task_line"      // after the "Your task is to:" line
+	PlacedBeforeRequest = "before_request" // just before the action request
+	PlacedAppended      = "appended"       // at the end of the turn
+)
+
+// Placement says where InsertSkills put each skill ("" when it had none).
+type Placement struct {
+	Episode, Step string
+}
+
+// Fallback says whether a skill went somewhere other than its intended
+// place (the episode skill after the task line, the step skill before the
+// action request).
+func (p Placement) Fallback() bool {
+	return (p.Episode != "" && p.Episode != PlacedTaskLine) || (p.Step != "" && p.Step != PlacedBeforeRequest)
+}
+
+// InsertSkills is PlaceSkills without the placement.
 func InsertSkills(userText, actionRequest, episodeSkill, stepSkill string) string {
+	out, _ := PlaceSkills(userText, actionRequest, episodeSkill, stepSkill)
+	return out
+}
+
+// PlaceSkills puts an episode skill after the task line and a step skill
+// just before the action request. A turn without a task line (real
+// AgentGym WebShop and SciWorld observations need not have one) gets the
+// episode skill just before the action request instead, as the public SEED
+// code does, and a turn without the action request gets either skill at
+// its end: a skill is never silently left out. Empty skills insert nothing.
+func PlaceSkills(userText, actionRequest, episodeSkill, stepSkill string) (string, Placement) {
 	out := userText
+	var pl Placement
+	beforeRequest := func(line string) (string, bool) {
+		if actionRequest == "" {
+			return out, false
+		}
+		i := strings.LastIndex(out, actionRequest)
+		if i < 0 {
+			return out, false
+		}
+		return out[:i] + line + "\n" + out[i:], true
+	}
 	if episodeSkill != "" {
+		line := "Skill from experience: " + episodeSkill
 		if i := strings.Index(out, TaskLinePrefix); i >= 0 {
 			end := strings.IndexByte(out[i:], '\n')
 			if end < 0 {
 				end = len(out) - i
 			}
 			at := i + end
-			out = out[:at] + "\nSkill from experience: " + episodeSkill + out[at:]
+			out = out[:at] + "\n" + line + out[at:]
+			pl.Episode = PlacedTaskLine
+		} else if o, ok := beforeRequest(line); ok {
+			out, pl.Episode = o, PlacedBeforeRequest
+		} else {
+			out, pl.Episode = out+"\n"+line, PlacedAppended
 		}
 	}
 	if stepSkill != "" {
-		if i := strings.LastIndex(out, actionRequest); i >= 0 && actionRequest != "" {
-			out = out[:i] + "Advice for this step: " + stepSkill + "\n" + out[i:]
+		line := "Advice for this step: " + stepSkill
+		if o, ok := beforeRequest(line); ok {
+			out, pl.Step = o, PlacedBeforeRequest
+		} else {
+			out, pl.Step = out+"\n"+line, PlacedAppended
 		}
 	}
-	return out
+	return out, pl
 }

@@ -270,6 +270,34 @@ func TestTeacherAlignment(t *testing.T) {
 				if spans != len(tr.Steps) {
 					t.Fatalf("%d spans for %d steps", spans, len(tr.Steps))
 				}
+				if tc.Fallbacks != 0 {
+					t.Errorf("%s %s: %d fallback placements on household turns, which have the task line", mode, m, tc.Fallbacks)
+				}
+			}
+			// Without the task line (a real AgentGym WebShop page) the
+			// episode skill still reaches every window-mode turn, counted
+			// as a fallback.
+			stripped := *tr
+			stripped.Steps = append([]rollout.Step(nil), tr.Steps...)
+			for i := range stripped.Steps {
+				stripped.Steps[i].UserText = strings.ReplaceAll(stripped.Steps[i].UserText, rollout.TaskLinePrefix, "Goal:")
+			}
+			tc, err := BuildTeacher(&stripped, &Skill{EpisodeSkill: sk.EpisodeSkill}, EpisodeOnly, run.Template(), p)
+			if err != nil {
+				t.Fatalf("%s without task line: %v", mode, err)
+			}
+			wantFallbacks := len(tr.Steps)
+			if mode == rollout.ModeChat {
+				wantFallbacks = 1 // the episode skill goes into the first turn only
+			}
+			if tc.Fallbacks != wantFallbacks {
+				t.Errorf("%s without task line: %d fallbacks, want %d", mode, tc.Fallbacks, wantFallbacks)
+			}
+			for _, pair := range tc.Pairs {
+				teacherText, _ := p.Tok.Decode(pair.Teacher, tokenizer.DecodeOptions{})
+				if !strings.Contains(teacherText, sk.EpisodeSkill) {
+					t.Fatalf("%s without task line: the episode skill is missing", mode)
+				}
 			}
 		}
 	}

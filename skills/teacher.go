@@ -37,11 +37,20 @@ type SeqPair struct {
 type TeacherContext struct {
 	TrajectoryID string    `json:"trajectory_id"`
 	Pairs        []SeqPair `json:"pairs"`
+	// Fallbacks counts the steps whose skill went somewhere other than
+	// its intended place (rollout.Placement.Fallback): no task line in the
+	// turn, or no action request.
+	Fallbacks int `json:"fallbacks,omitempty"`
 }
 
 // ErrMisaligned means a teacher sequence's response tokens differ from the
 // sampled ones (a bug, never expected).
 var ErrMisaligned = errors.New("teacher context misaligned with sampled tokens")
+
+// ErrSkillNotPlaced means a step marked for distillation got a teacher
+// context identical to its plain one: its teacher would be the policy
+// itself (Δ = 0, gate 0.5), a silent NLL on its own samples.
+var ErrSkillNotPlaced = errors.New("skill could not be placed in the teacher context")
 
 // BuildTeacher inserts sk (filtered by mode) into t's prompts: the episode
 // skill after the task line, each step skill before its step's action
@@ -54,6 +63,18 @@ func BuildTeacher(t *rollout.Trajectory, sk *Skill, mode Mode, tmpl rollout.Temp
 	}
 	tc := &TeacherContext{TrajectoryID: t.ID}
 	distill := func(i int) bool { return s.EpisodeSkill != "" || s.StepSkills[i] != "" }
+	// place inserts step i's skills and checks that a distilled step's
+	// turn changed.
+	place := func(i int, user, epi string) (string, error) {
+		out, pl := rollout.PlaceSkills(user, tmpl.ActionRequest, epi, s.StepSkills[i])
+		if pl.Fallback() {
+			tc.Fallbacks++
+		}
+		if (epi != "" || s.StepSkills[i] != "") && out == user {
+			return "", fmt.Errorf("teacher context of %s step %d: %w", t.ID, i, ErrSkillNotPlaced)
+		}
+		return out, nil
+	}
 	switch t.Mode {
 	case rollout.ModeChat:
 		var pair SeqPair
@@ -62,9 +83,11 @@ func BuildTeacher(t *rollout.Trajectory, sk *Skill, mode Mode, tmpl rollout.Temp
 			if i == 0 {
 				epi = s.EpisodeSkill // the task line is in the first turn
 			}
-			user := rollout.InsertSkills(st.UserText, tmpl.ActionRequest, epi, s.StepSkills[i])
+			user, err := place(i, st.UserText, epi)
+			if err != nil {
+				return nil, err
+			}
 			var ids []int
-			var err error
 			if i == 0 {
 				ids, err = p.StartIDs(t.System, user)
 			} else {
@@ -82,7 +105,10 @@ func BuildTeacher(t *rollout.Trajectory, sk *Skill, mode Mode, tmpl rollout.Temp
 		tc.Pairs = []SeqPair{pair}
 	case rollout.ModeWindow:
 		for i, st := range t.Steps {
-			user := rollout.InsertSkills(st.UserText, tmpl.ActionRequest, s.EpisodeSkill, s.StepSkills[i])
+			user, err := place(i, st.UserText, s.EpisodeSkill)
+			if err != nil {
+				return nil, err
+			}
 			ids, err := p.StartIDs(t.System, user)
 			if err != nil {
 				return nil, fmt.Errorf("teacher context of %s step %d: %w", t.ID, i, err)

@@ -22,9 +22,12 @@ type RLSequence struct {
 	IDs []int
 	// Train marks the sampled response tokens: the policy-gradient tokens.
 	Train []bool
-	// Advantage is the GRPO advantage of the row's trajectory, broadcast
-	// to every trained token.
+	// Advantage is the GRPO advantage of the row, broadcast to every
+	// trained token, unless Advantages is set.
 	Advantage float64
+	// Advantages, when set, gives each trained position its own advantage
+	// (a chat-mode sequence holds many steps, each a GRPO row of its own).
+	Advantages []float32
 	// OldLogP is ℓold, the log-prob the tokens were sampled with.
 	OldLogP []float32
 	// RefLogP is the frozen reference policy's log-prob (for the k3 KL);
@@ -52,6 +55,14 @@ type RLConfig struct {
 	// distribution the tokens were drawn from, as ℓold, ℓᵀ and the
 	// reference's must be (Model.RescoreAt). 0 and 1: the logits as they are.
 	Temperature float64
+	// ClipRatioC is dual-clip's c (verl's clip_ratio_c, reference 3): for
+	// A < 0 the clipped loss is capped at −c·A, so a token whose ratio has
+	// run far above 1 (r > c) stops pushing the update. 0: no dual clip.
+	ClipRatioC float64
+	// EntropyCoef weighs an entropy bonus: the loss gains −coef·H̄, H̄ the
+	// token-mean entropy of the policy over trained tokens (verl's
+	// entropy_coeff, reference 0.001). 0: none (and no gradient through H).
+	EntropyCoef float64
 	// DecisionProb: distilled tokens the policy gives less probability
 	// than this count as decisions in RLStats' Decision* figures
 	// (0: DefaultDecisionProb). Diagnostics only; the loss ignores it.
@@ -63,7 +74,7 @@ const DefaultDecisionProb = 0.9
 
 // DefaultRLConfig is the SEED reference setting.
 func DefaultRLConfig() RLConfig {
-	return RLConfig{ClipEps: 0.2, Lambda: 0.01, Beta: 5, KLCoef: 0.01, MicroBatchTokens: 8192, ClipNorm: 1}
+	return RLConfig{ClipEps: 0.2, Lambda: 0.01, Beta: 5, KLCoef: 0.01, MicroBatchTokens: 8192, ClipNorm: 1, ClipRatioC: 3, EntropyCoef: 0.001}
 }
 
 // Validate names the first bad field.
@@ -83,6 +94,10 @@ func (c RLConfig) Validate() error {
 		return fmt.Errorf("rl config: clip_norm %v must be >= 0", c.ClipNorm)
 	case c.Temperature < 0 || math.IsNaN(c.Temperature):
 		return fmt.Errorf("rl config: temperature %v must be >= 0", c.Temperature)
+	case c.ClipRatioC != 0 && !(c.ClipRatioC > 1):
+		return fmt.Errorf("rl config: clip_ratio_c %v must be 0 (off) or above 1", c.ClipRatioC)
+	case c.EntropyCoef < 0 || math.IsNaN(c.EntropyCoef):
+		return fmt.Errorf("rl config: entropy_coef %v must be >= 0", c.EntropyCoef)
 	case c.DecisionProb < 0 || c.DecisionProb > 1:
 		return fmt.Errorf("rl config: decision_prob %v must be in [0, 1]", c.DecisionProb)
 	}
@@ -119,8 +134,10 @@ type RLStats struct {
 	// alike (a skill of another episode does that too) shows no gap.
 	DecisionShiftPosAdv *float64 `json:"decision_mean_shift_pos_adv,omitempty"`
 	DecisionShiftNegAdv *float64 `json:"decision_mean_shift_neg_adv,omitempty"`
-	// ClipFrac is the share of trained tokens whose clipped term is active.
-	ClipFrac float64 `json:"clip_frac"`
+	// ClipFrac is the share of trained tokens whose clipped term is active;
+	// DualClipFrac the share capped by dual-clip (A < 0, r > c).
+	ClipFrac     float64 `json:"clip_frac"`
+	DualClipFrac float64 `json:"dual_clip_frac"`
 	// RatioMaxDev is max |r−1| over trained tokens (1e-6-ish when ℓold was
 	// computed by this model, larger when it came from the server).
 	RatioMaxDev   float64       `json:"ratio_max_dev"`
@@ -140,18 +157,29 @@ type tokenTerms struct {
 	grpo, opd, kl   float64 // unnormalised per-token values
 	gate, delta     float64
 	clipped, hasKL  bool
+	dualClipped     bool
 	dGRPO, dOPD, dK float64 // ∂(term)/∂ℓθ, unnormalised
+}
+
+// advantage is the advantage of position k.
+func (s *RLSequence) advantage(k int) float64 {
+	if s.Advantages != nil {
+		return float64(s.Advantages[k])
+	}
+	return s.Advantage
 }
 
 // termsAt computes the per-token SEED loss pieces for log-prob lp (ℓθ).
 // GRPO: −min(r·A, clip(r)·A) with r = exp(ℓθ−ℓold); its derivative is
-// −r·A when the unclipped term is the active one, else 0. OPD:
+// −r·A when the unclipped term is the active one, else 0. With dual-clip
+// (c = ClipRatioC) and A < 0 the term is min(that, −c·A), as verl's
+// compute_policy_loss: past the cap it is constant, derivative 0. OPD:
 // g·(ℓᵀ−ℓθ) with g = σ(β·(ℓᵀ−ℓθ)) held constant, derivative −g. KL (k3):
 // e^ρ−ρ−1 with ρ = ℓref−ℓθ, derivative 1−e^ρ.
 func termsAt(lp float64, s *RLSequence, k int, cfg RLConfig) tokenTerms {
 	var t tokenTerms
 	r := math.Exp(lp - float64(s.OldLogP[k]))
-	a := s.Advantage
+	a := s.advantage(k)
 	unclipped := r * a
 	cr := math.Min(math.Max(r, 1-cfg.ClipEps), 1+cfg.ClipEps)
 	clippedV := cr * a
@@ -161,6 +189,9 @@ func termsAt(lp float64, s *RLSequence, k int, cfg RLConfig) tokenTerms {
 	} else {
 		t.grpo = -unclipped
 		t.dGRPO = -unclipped
+	}
+	if c := cfg.ClipRatioC; c > 0 && a < 0 && -c*a < t.grpo {
+		t.grpo, t.dGRPO, t.clipped, t.dualClipped = -c*a, 0, false, true
 	}
 	if s.Distill != nil && s.Distill[k] {
 		t.delta = float64(s.TeacherLogP[k]) - lp
@@ -194,6 +225,16 @@ func (s *RLSequence) check(vocab int) error {
 	}
 	if math.IsNaN(s.Advantage) || math.IsInf(s.Advantage, 0) {
 		return fmt.Errorf("rl sequence %q: advantage %v: %w", s.ID, s.Advantage, ErrNonFinite)
+	}
+	if s.Advantages != nil {
+		if len(s.Advantages) != n {
+			return fmt.Errorf("rl sequence %q: %d ids but %d per-position advantages", s.ID, n, len(s.Advantages))
+		}
+		for k, a := range s.Advantages {
+			if math.IsNaN(float64(a)) || math.IsInf(float64(a), 0) {
+				return fmt.Errorf("rl sequence %q: advantage %v at %d: %w", s.ID, a, k, ErrNonFinite)
+			}
+		}
 	}
 	if s.Train[0] {
 		return fmt.Errorf("rl sequence %q: position 0 cannot be trained (nothing predicts it)", s.ID)
@@ -307,9 +348,10 @@ func (m *Model) RLStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLS
 	if nKL > 0 {
 		st.KL /= float64(nKL)
 	}
-	st.Loss = st.GRPOLoss + cfg.Lambda*st.OPDLoss + cfg.KLCoef*st.KL
-	st.ClipFrac = float64(acc.clip) / float64(nTrain)
 	st.Entropy = acc.ent / float64(nTrain)
+	st.Loss = st.GRPOLoss + cfg.Lambda*st.OPDLoss + cfg.KLCoef*st.KL - cfg.EntropyCoef*st.Entropy
+	st.ClipFrac = float64(acc.clip) / float64(nTrain)
+	st.DualClipFrac = float64(acc.dualClip) / float64(nTrain)
 	st.Tokens, st.DistillTokens, st.Sequences = nTrain, nDistill, len(batch)
 	st.GradNorm, err = opt.Step(cfg.ClipNorm)
 	if err != nil {
@@ -365,9 +407,9 @@ func (s shiftSums) meanShift() *float64 {
 
 // rlSums accumulates a step's per-token statistics across micro-batches.
 type rlSums struct {
-	ent          float64
-	clip         int
-	decisionLogP float64
+	ent            float64
+	clip, dualClip int
+	decisionLogP   float64
 	// The teacher's shift on every distilled token, on the decision
 	// tokens, and on the decision tokens of rows with A > 0 and A < 0.
 	distilled, decision, posAdv, negAdv shiftSums
@@ -394,13 +436,21 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 			}
 		}
 	}
-	lp, ent := m.scoreT(in, targets, true, cfg.Temperature)
+	// With an entropy bonus the entropy keeps its graph: the surrogate
+	// below adds −coef/nTrain · H at every trained position.
+	lp, ent := m.scoreT(in, targets, true, cfg.Temperature, cfg.EntropyCoef > 0)
 	defer drop(lp, ent)
 	det := must(lp.Detach(false))
 	lpv := rows2D(det)
 	drop(det)
-	entv := rows2D(ent)
+	entDet := must(ent.Detach(false))
+	entv := rows2D(entDet)
+	drop(entDet)
 	w := make([]float32, len(mb)*width)
+	var we []float32
+	if cfg.EntropyCoef > 0 {
+		we = make([]float32, len(mb)*width)
+	}
 	for b, i := range mb {
 		s := &batch[i]
 		for k := 0; k < width; k++ {
@@ -412,11 +462,22 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 			if math.IsNaN(l) || math.IsInf(l, 0) {
 				return fmt.Errorf("rl step: log-prob %v of %q at %d: %w", l, s.ID, pos, ErrNonFinite)
 			}
+			// A sampled token had probability > 0: a non-finite ℓold is bad
+			// input (dual-clip would otherwise cap an infinite ratio quietly).
+			if o := float64(s.OldLogP[pos]); math.IsNaN(o) || math.IsInf(o, 0) {
+				return fmt.Errorf("rl step: old log-prob %v of %q at %d: %w", o, s.ID, pos, ErrNonFinite)
+			}
 			t := termsAt(l, s, pos, cfg)
 			st.GRPOLoss += t.grpo
 			d := t.dGRPO / float64(nTrain)
 			if t.clipped {
 				acc.clip++
+			}
+			if t.dualClipped {
+				acc.dualClip++
+			}
+			if we != nil {
+				we[b*width+k] = float32(-cfg.EntropyCoef / float64(nTrain))
 			}
 			st.RatioMaxDev = math.Max(st.RatioMaxDev, math.Abs(math.Exp(l-float64(s.OldLogP[pos]))-1))
 			if s.Distill != nil && s.Distill[pos] {
@@ -424,10 +485,10 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 				acc.distilled.add(t.gate, t.delta)
 				if l < acc.decisionLogP {
 					acc.decision.add(t.gate, t.delta)
-					switch {
-					case s.Advantage > 0:
+					switch a := s.advantage(pos); {
+					case a > 0:
 						acc.posAdv.add(t.gate, t.delta)
-					case s.Advantage < 0:
+					case a < 0:
 						acc.negAdv.add(t.gate, t.delta)
 					}
 				}
@@ -446,26 +507,42 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 	}
 	// The surrogate Σ w·ℓθ has exactly the loss's gradient (w is the
 	// loss's derivative per token, computed above with gates detached).
-	wt := must(fromSlice(w, []int64{int64(len(mb)), int64(width)}).To(m.device, true))
+	shape := []int64{int64(len(mb)), int64(width)}
+	wt := must(fromSlice(w, shape).To(m.device, true))
 	prod := must(lp.Mul(wt, false))
+	var wet *ts.Tensor
+	if we != nil {
+		wet = must(fromSlice(we, shape).To(m.device, true))
+		prod = must(prod.Add(must(ent.Mul(wet, false)), true))
+	}
 	sur := must(prod.Sum(gotch.Float, true))
 	must0(sur.Backward())
 	runtime.KeepAlive(wt)
+	runtime.KeepAlive(wet)
 	drop(sur, wt)
+	if wet != nil {
+		drop(wet)
+	}
 	return nil
 }
 
 // scoreT is tokenLogProbsFull's log-probs plus, when wantEntropy, the
-// policy's entropy at every position (no gradient), both [B, T].
-func (m *Model) scoreT(in Input, targets [][]int, wantEntropy bool, temperature float64) (lp, ent *ts.Tensor) {
+// policy's entropy at every position, both [B, T]; the entropy carries a
+// gradient only when entropyGrad.
+func (m *Model) scoreT(in Input, targets [][]int, wantEntropy bool, temperature float64, entropyGrad bool) (lp, ent *ts.Tensor) {
 	lp, logp := m.tokenLogProbsFull(in, targets, temperature)
 	if wantEntropy {
-		d := must(logp.Detach(false))
+		d := logp
+		if !entropyGrad {
+			d = must(logp.Detach(false))
+		}
 		p := must(d.Exp(false))
 		pl := must(p.Mul(d, true))
 		s := must(pl.SumDimIntlist([]int64{-1}, false, gotch.Float, true))
 		ent = mulScalar(s, -1, true)
-		drop(d)
+		if !entropyGrad {
+			drop(d)
+		}
 	}
 	drop(logp)
 	return lp, ent

@@ -18,7 +18,7 @@ func TestTermsAtHandComputed(t *testing.T) {
 		lp, old, adv             float64
 		teacher, ref             *float64
 		grpo, dGRPO              float64
-		clipped                  bool
+		clipped, dual            bool
 		opd, dOPD, gate, kl, dKL float64
 	}{
 		{name: "ratio 1, A=1", lp: -1, old: -1, adv: 1, grpo: -1, dGRPO: -1},
@@ -26,6 +26,12 @@ func TestTermsAtHandComputed(t *testing.T) {
 		{name: "ratio 0.5, A=-1: clipped at 0.8", lp: -1 + ln(0.5), old: -1, adv: -1, grpo: 0.8, clipped: true},
 		{name: "ratio 1.5, A=-1: unclipped (pessimistic)", lp: -1 + ln(1.5), old: -1, adv: -1, grpo: 1.5, dGRPO: 1.5},
 		{name: "ratio 0.5, A=1: unclipped", lp: -1 + ln(0.5), old: -1, adv: 1, grpo: -0.5, dGRPO: -0.5},
+		// Dual-clip (c=3): with A<0 the pessimistic term −r·A is capped at
+		// −c·A = 3·|A|; below r=c it acts as plain PPO.
+		{name: "dual-clip: ratio 4, A=-1: capped at 3", lp: -1 + ln(4), old: -1, adv: -1, grpo: 3, dual: true},
+		{name: "dual-clip: ratio 4, A=-0.5: capped at 1.5", lp: -1 + ln(4), old: -1, adv: -0.5, grpo: 1.5, dual: true},
+		{name: "dual-clip: ratio 2.5, A=-1: under the cap", lp: -1 + ln(2.5), old: -1, adv: -1, grpo: 2.5, dGRPO: 2.5},
+		{name: "dual-clip: ratio 4, A=1: ordinary clip", lp: -1 + ln(4), old: -1, adv: 1, grpo: -1.2, clipped: true},
 		{name: "teacher endorses (Δ=0.5), A=0", lp: -1, old: -1, adv: 0, teacher: ptr(-0.5),
 			opd: sigmoid(2.5) * 0.5, dOPD: -sigmoid(2.5), gate: sigmoid(2.5)},
 		{name: "teacher rejects (Δ=-2), A=0", lp: -1, old: -1, adv: 0, teacher: ptr(-3),
@@ -56,10 +62,96 @@ func TestTermsAtHandComputed(t *testing.T) {
 			check("gate", got.gate, tc.gate)
 			check("kl", got.kl, tc.kl)
 			check("dKL", got.dK, tc.dKL)
-			if got.clipped != tc.clipped {
-				t.Errorf("clipped = %v, want %v", got.clipped, tc.clipped)
+			if got.clipped != tc.clipped || got.dualClipped != tc.dual {
+				t.Errorf("clipped = %v, dual-clipped = %v, want %v, %v", got.clipped, got.dualClipped, tc.clipped, tc.dual)
 			}
 		})
+	}
+	// Without dual-clip the A<0, r=4 token is plain PPO's: −r·A = 4.
+	cfg.ClipRatioC = 0
+	s := &RLSequence{IDs: []int{0, 0}, Train: []bool{false, true}, Advantage: -1, OldLogP: []float32{0, -1}}
+	if got := termsAt(-1+ln(4), s, 1, cfg); math.Abs(got.grpo-4) > 2e-6 || math.Abs(got.dGRPO-4) > 2e-6 || got.dualClipped {
+		t.Errorf("no dual clip: grpo %v dGRPO %v dual %v, want 4, 4, false", got.grpo, got.dGRPO, got.dualClipped)
+	}
+	// Per-position advantages override the row's.
+	s.Advantages = []float32{0, 2}
+	if got := termsAt(-1, s, 1, cfg); math.Abs(got.grpo+2) > 2e-6 {
+		t.Errorf("per-position advantage 2 at ratio 1: grpo %v, want -2", got.grpo)
+	}
+}
+
+// The entropy bonus −coef·H̄: with no other term, the step's gradient is
+// coef·∇H̄, linear in coef, and the step raises the entropy; coef 0 leaves
+// no gradient at all. The loss reports −coef·H̄.
+func TestRLStepEntropyBonus(t *testing.T) {
+	gradNorm := func(coef float64) (float64, RLStats) {
+		m, _ := newTiny(t, ArchQwen2, 16)
+		opt, _ := m.NewAdamW(0, 0)
+		cfg := DefaultRLConfig()
+		cfg.Lambda, cfg.KLCoef, cfg.ClipNorm, cfg.EntropyCoef = 0, 0, 0, coef
+		st, err := m.RLStep(opt, rlBatch(t, m, []float64{0, 0, 0}), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.GradNorm, st
+	}
+	g0, _ := gradNorm(0)
+	g1, st1 := gradNorm(0.01)
+	g2, _ := gradNorm(0.02)
+	if g0 != 0 {
+		t.Errorf("coef 0 and A=0: gradient norm %v, want 0", g0)
+	}
+	if g1 <= 0 || math.Abs(g2/g1-2) > 1e-4 {
+		t.Errorf("gradient norms %v (coef 0.01) and %v (coef 0.02): want a positive norm that doubles", g1, g2)
+	}
+	if st1.Entropy <= 0 || math.Abs(st1.Loss+0.01*st1.Entropy) > 1e-9 {
+		t.Errorf("loss %v with entropy %v: want −0.01·H", st1.Loss, st1.Entropy)
+	}
+	m, _ := newTiny(t, ArchQwen2, 16)
+	opt, _ := m.NewAdamW(1e-2, 0)
+	cfg := DefaultRLConfig()
+	cfg.Lambda, cfg.KLCoef, cfg.EntropyCoef = 0, 0, 1
+	batch := rlBatch(t, m, []float64{0, 0, 0})
+	first, err := m.RLStep(opt, batch, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := m.RLStep(opt, batch, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Entropy <= first.Entropy {
+		t.Errorf("entropy %v → %v after an entropy-bonus step, want a rise", first.Entropy, second.Entropy)
+	}
+}
+
+// A row whose per-position advantages all equal a is the row with
+// advantage a, bit for bit.
+func TestRLStepPerPositionAdvantages(t *testing.T) {
+	run := func(perPos bool) float64 {
+		m, _ := newTiny(t, ArchQwen2, 17)
+		opt, _ := m.NewAdamW(1e-2, 0)
+		batch := rlBatch(t, m, []float64{0.7, -1.2, 0.5})
+		if perPos {
+			for i := range batch {
+				batch[i].Advantages = make([]float32, len(batch[i].IDs))
+				for k := range batch[i].Advantages {
+					batch[i].Advantages[k] = float32(batch[i].Advantage)
+				}
+				batch[i].Advantage = 99 // ignored
+			}
+		}
+		for i := range batch {
+			batch[i].Advantage = float64(float32(batch[i].Advantage))
+		}
+		if _, err := m.RLStep(opt, batch, DefaultRLConfig()); err != nil {
+			t.Fatal(err)
+		}
+		sum, _ := m.ParamChecksum()
+		return sum
+	}
+	if a, b := run(false), run(true); a != b {
+		t.Errorf("per-position advantages: checksum %v, row advantage %v", b, a)
 	}
 }
 
@@ -235,7 +327,7 @@ func TestRLStepGateCarriesNoGradient(t *testing.T) {
 		s := RLSequence{ID: "one", IDs: ids, Train: []bool{false, false, false, true}, OldLogP: old[0],
 			TeacherLogP: []float32{0, 0, 0, old[0][3] + float32(delta)}, Distill: []bool{false, false, false, true}}
 		cfg := DefaultRLConfig()
-		cfg.Lambda, cfg.KLCoef, cfg.ClipNorm = 1, 0, 0
+		cfg.Lambda, cfg.KLCoef, cfg.ClipNorm, cfg.EntropyCoef = 1, 0, 0, 0
 		opt, _ := m.NewAdamW(0, 0) // lr 0: measure the gradient only
 		_ = opt
 		st, err := m.RLStep(opt, []RLSequence{s}, cfg)

@@ -31,7 +31,8 @@ func newLearner(device string) orchestrator.LearnerFactory {
 			return nil, fmt.Errorf("loading the policy: %w", err)
 		}
 		l := &gotchLearner{m: m, tokFrom: spec.Policy, maxTok: max(spec.RL.MicroBatchTokens, 2), wd: spec.RL.WeightDecay, temp: spec.Temperature}
-		l.rl = trainer.RLConfig{ClipEps: spec.RL.ClipEps, Lambda: spec.RL.Lambda, Beta: spec.RL.Beta, KLCoef: spec.RL.KLCoef, MicroBatchTokens: spec.RL.MicroBatchTokens, ClipNorm: spec.RL.ClipNorm, Temperature: spec.Temperature}
+		l.rl = trainer.RLConfig{ClipEps: spec.RL.ClipEps, Lambda: spec.RL.Lambda, Beta: spec.RL.Beta, KLCoef: spec.RL.KLCoef, MicroBatchTokens: spec.RL.MicroBatchTokens, ClipNorm: spec.RL.ClipNorm, Temperature: spec.Temperature,
+			ClipRatioC: spec.RL.ClipRatioC, EntropyCoef: spec.RL.EntropyCoef}
 		if l.opt, err = m.NewAdamW(spec.RL.LR, spec.RL.WeightDecay); err != nil {
 			m.Close()
 			return nil, err
@@ -68,7 +69,7 @@ func (l *gotchLearner) Step(ctx context.Context, rows []orchestrator.Row, lr flo
 	l.opt.SetLR(lr)
 	batch := make([]trainer.RLSequence, len(rows))
 	for i, r := range rows {
-		batch[i] = trainer.RLSequence{ID: r.ID, IDs: r.IDs, Train: r.Train, Advantage: r.Advantage, OldLogP: r.OldLogP, RefLogP: r.RefLogP, TeacherLogP: r.TeacherLogP, Distill: r.Distill}
+		batch[i] = trainer.RLSequence{ID: r.ID, IDs: r.IDs, Train: r.Train, Advantage: r.Advantage, Advantages: r.Advantages, OldLogP: r.OldLogP, RefLogP: r.RefLogP, TeacherLogP: r.TeacherLogP, Distill: r.Distill}
 	}
 	st, err := l.m.RLStep(l.opt, batch, l.rl)
 	if errors.Is(err, trainer.ErrNonFinite) {

@@ -37,12 +37,10 @@ func tinyRunConfig(t *testing.T, algo string) orchestrator.Config {
 	cfg.Eval.Episodes = 2
 	cfg.RL.LR = 1e-3
 	// A random model never wins and its skills do not parse, so every
-	// group is flat; keep those rows so each iteration exercises the update.
-	// Their gradient is zero (no advantage, no distilled token, and the KL
-	// to the reference is flat at the reference), so whether the weights
-	// move would depend on a lucky sample; AdamW's decoupled weight decay
-	// moves them every step, so publishing is always visible.
-	cfg.RL.KeepFlat = true
+	// group is flat but for invalid-action penalties; every row is kept
+	// (the default), so each iteration exercises the update. Whether the
+	// weights move would depend on a lucky sample; AdamW's decoupled weight
+	// decay moves them every step, so publishing is always visible.
 	cfg.RL.WeightDecay = 0.1
 	return cfg
 }
