@@ -93,8 +93,29 @@ type Stage1Config struct {
 	// learning to write skills does not overwrite acting. Measured on the
 	// tiny household model: skill SFT alone took invalid actions from 43%
 	// to 100%.
-	ActingReplay float64 `json:"acting_replay,omitempty"`
+	ActingReplay float64 `json:"acting_replay"`
+	// Targets is what stage 1 trains the policy to write: "all" (summary,
+	// episode skill and step skills) or "episode" ({episode_summary,
+	// episode_skill}: the public SEED code's targets).
+	Targets string `json:"targets"`
 }
+
+// Stage-1 targets (Stage1Config.Targets).
+const (
+	TargetsAll     = "all"
+	TargetsEpisode = "episode"
+)
+
+// Critical-step selectors (Config.CriticalSteps).
+const (
+	// CriticalReturnVariance is DESIGN §2's: anchor states shared across
+	// the group, ranked by how far a step's return falls below its
+	// group's mean, candidates handed to the analyzer.
+	CriticalReturnVariance = "return_variance"
+	// CriticalLLM lets the analyzer choose the critical steps itself (the
+	// public SEED scripts' LLM-chosen critical step).
+	CriticalLLM = "llm"
+)
 
 // RLConfig is stage 2's loss and optimizer.
 type RLConfig struct {
@@ -171,10 +192,24 @@ type RLConfig struct {
 	ServerOldLogP bool `json:"server_old_logp,omitempty"`
 }
 
-// EvalConfig is the periodic evaluation (greedy, plain prompts).
+// EvalConfig is the periodic evaluation (plain prompts). Reported numbers
+// swing with the protocol (one public ALFWorld checkpoint: 37% or 95% on a
+// history-template detail), so every eval table prints it (Protocol).
 type EvalConfig struct {
 	Every    int `json:"every"`    // iterations between evaluations (0: start and end only)
-	Episodes int `json:"episodes"` // tasks of each eval split
+	Episodes int `json:"episodes"` // tasks of each eval split: the split's first ones, always the same
+	// Temperature samples eval actions (0: greedy). The public ALFWorld
+	// protocol samples at 0.4.
+	Temperature float64 `json:"temperature"`
+	// MaxSteps per eval episode (0: env.max_steps); the public ALFWorld
+	// protocol allows 50.
+	MaxSteps int `json:"max_steps,omitempty"`
+	// Window is the history window of eval prompts in window mode (0:
+	// rollout.window); the public ALFWorld protocol shows 2 steps.
+	Window int `json:"window,omitempty"`
+	// Seed fixes eval sampling (0: the run's seed), so a sampled eval of
+	// one checkpoint gives the same episodes in every run.
+	Seed int64 `json:"seed,omitempty"`
 }
 
 // Config is a whole run. Zero fields take Default()'s values when loaded
@@ -207,7 +242,10 @@ type Config struct {
 		InvalidPenalty float64 `json:"invalid_penalty"`
 		MaxInFlight    int     `json:"max_in_flight"`
 	} `json:"rollout"`
-	SkillMode      string  `json:"skill_mode"`
+	SkillMode string `json:"skill_mode"`
+	// CriticalSteps selects where step skills go: "return_variance" or
+	// "llm" (the analyzer chooses).
+	CriticalSteps  string  `json:"critical_steps"`
 	MaxStepSkills  int     `json:"max_step_skills"`
 	Gamma          float64 `json:"gamma"`
 	AnalysisTokens int     `json:"analysis_max_tokens"`
@@ -264,7 +302,10 @@ func Default() Config {
 	// stage-1 rows range from ~100 acting tokens to ~1,000 of trajectory,
 	// and one padded batch made a stage-1-only run take 174 s against 113
 	// s (the same losses; README, "Training").
-	c.Stage1 = Stage1Config{Episodes: 64, Analyzer: AnalyzerConfig{Kind: "oracle", MaxTokens: 512}, Epochs: 1, LR: 5e-5, BatchTokens: 8192, MicroBatchTokens: 2048, MaxLen: 4096, ActingReplay: 2}
+	c.Stage1 = Stage1Config{Episodes: 64, Analyzer: AnalyzerConfig{Kind: "oracle", MaxTokens: 512}, Epochs: 1, LR: 5e-5, BatchTokens: 8192, MicroBatchTokens: 2048, MaxLen: 4096, ActingReplay: 2,
+		// All of the skill JSON (ours): the default's episode_step mode
+		// needs a policy that writes step skills.
+		Targets: TargetsAll}
 	// 8 tasks: at the earlier tiny policies' ~5% rollout success, 4 tasks
 	// × 8 trajectories held a win in about one iteration of three (the
 	// recipe-v11 policy samples 10–25%).
@@ -290,6 +331,7 @@ func Default() Config {
 	c.Rollout.InvalidPenalty = 0.1
 	c.Rollout.MaxInFlight = 64
 	c.SkillMode = string(skills.EpisodeStep)
+	c.CriticalSteps = CriticalReturnVariance
 	c.MaxStepSkills = skills.DefaultMaxStepSkills
 	c.Gamma = 0.95
 	c.AnalysisTokens = 256
@@ -422,8 +464,14 @@ func (c Config) Validate() error {
 		return errors.New("config: rl needs lr > 0, max_refusals >= 1, adv_eps > 0")
 	case c.RL.Lambda < 0 || c.RL.Beta <= 0 || c.RL.KLCoef < 0 || c.RL.ClipEps <= 0 || c.RL.ClipEps >= 1 || c.RL.MicroBatchTokens < 2:
 		return errors.New("config: rl needs lambda >= 0, beta > 0, kl_coef >= 0, clip_eps in (0, 1), micro_batch_tokens >= 2")
-	case c.Eval.Episodes < 0 || c.Eval.Every < 0:
-		return errors.New("config: eval.every and eval.episodes must be >= 0")
+	case c.Eval.Episodes < 0 || c.Eval.Every < 0 || c.Eval.Temperature < 0 || c.Eval.MaxSteps < 0 || c.Eval.Window < 0:
+		return errors.New("config: eval.every, eval.episodes, eval.temperature, eval.max_steps and eval.window must be >= 0")
+	case c.UsesSFT() && c.Stage1.Targets != TargetsAll && c.Stage1.Targets != TargetsEpisode:
+		return fmt.Errorf("config: stage1.targets %q: want %q or %q", c.Stage1.Targets, TargetsAll, TargetsEpisode)
+	case c.Stage1.ActingReplay < 0:
+		return fmt.Errorf("config: stage1.acting_replay %v must be >= 0", c.Stage1.ActingReplay)
+	case c.CriticalSteps != CriticalReturnVariance && c.CriticalSteps != CriticalLLM:
+		return fmt.Errorf("config: critical_steps %q: want %q or %q", c.CriticalSteps, CriticalReturnVariance, CriticalLLM)
 	case c.RescoreMaxTokens < 2 || c.MaxStepSkills < 0 || c.Gamma <= 0 || c.Gamma > 1 || c.AnalysisTokens < 16:
 		return errors.New("config: rescore_max_tokens >= 2, max_step_skills >= 0, gamma in (0, 1], analysis_max_tokens >= 16")
 	}
@@ -451,6 +499,51 @@ func (c Config) Validate() error {
 // checkpoints, trained at the rollouts' sampling temperature.
 func (c Config) learnerSpec(policy, reference string) LearnerSpec {
 	return LearnerSpec{Policy: policy, Reference: reference, RL: c.RL, Seed: uint64(c.Seed), Temperature: c.Rollout.Temperature}
+}
+
+// evalRolloutConfig is the rollout config of an evaluation: one sample
+// per task at the eval temperature, the eval's step limit and window.
+func (c Config) evalRolloutConfig() rollout.Config {
+	seed := c.Eval.Seed
+	if seed == 0 {
+		seed = c.Seed
+	}
+	r := c.rolloutConfig(seed)
+	r.GroupSize, r.Temperature = 1, c.Eval.Temperature
+	if c.Eval.Window > 0 {
+		r.Window = c.Eval.Window
+	}
+	if c.Eval.MaxSteps > 0 {
+		r.EnvOptions = r.EnvOptions.With("max_steps", fmt.Sprint(c.Eval.MaxSteps))
+	}
+	return r
+}
+
+// EvalProtocol describes how the evaluation plays, for every table that
+// reports its numbers.
+func (c Config) EvalProtocol() string {
+	r := c.evalRolloutConfig()
+	how := "greedy"
+	if r.Temperature > 0 {
+		how = fmt.Sprintf("sampled at T=%g (seed %d)", r.Temperature, c.evalSeed())
+	}
+	steps := r.EnvOptions["max_steps"]
+	if steps == "" {
+		steps = "the env's"
+	}
+	prompt := "chat prompts (whole history)"
+	if r.Mode == rollout.ModeWindow {
+		prompt = fmt.Sprintf("window prompts (%d past steps)", r.Window)
+	}
+	return fmt.Sprintf("eval protocol: %s, the first %d tasks of eval_seen and eval_unseen, %s, at most %s steps, %s, plain prompts (no skills)",
+		c.Env.Name, c.Eval.Episodes, how, steps, prompt)
+}
+
+func (c Config) evalSeed() int64 {
+	if c.Eval.Seed != 0 {
+		return c.Eval.Seed
+	}
+	return c.Seed
 }
 
 // rolloutConfig is the rollout package's config for one iteration.
@@ -494,4 +587,63 @@ func (c Config) StepLR(k, b, nb, s int) float64 {
 // advantageParams are the run's GRPO advantage settings.
 func (c Config) advantageParams() AdvantageParams {
 	return AdvantageParams{Mode: c.RL.Advantage, Norm: c.RL.AdvNorm, Outcome: c.RL.Outcome, Scale: c.RL.RewardScale, Penalty: c.Rollout.InvalidPenalty, Eps: c.RL.AdvEps}
+}
+
+// referenceMiniBatchRows is the public SEED scripts' ppo_mini_batch_size
+// for an environment: 256 on ALFWorld (and the household stand-in), 64 on
+// WebShop; 0 where there is no public script.
+func referenceMiniBatchRows(env string) int {
+	switch env {
+	case "alfworld", "household":
+		return 256
+	case "webshop":
+		return 64
+	}
+	return 0
+}
+
+// Recipe lists the resolved training recipe, one setting per line, each
+// marked with where its value comes from when it is a reference value
+// ("public code": the SEED authors' verl-agent scripts; "paper": the SEED
+// paper; "verl": verl's defaults) or "ours" otherwise.
+func (c Config) Recipe() []string {
+	src := func(ok bool, source string) string {
+		if ok {
+			return " (" + source + ")"
+		}
+		return " (ours)"
+	}
+	rl := c.RL
+	var lines []string
+	add := func(format string, a ...any) { lines = append(lines, fmt.Sprintf(format, a...)) }
+	add("algo %s, %d iterations × %d tasks × %d trajectories", c.Algo, c.Iterations, c.TasksPerIteration, c.Rollout.GroupSize)
+	add("advantage %s%s, normalisation %s%s, outcome %s%s", rl.Advantage, src(rl.Advantage == AdvStepRows, "public code"),
+		rl.AdvNorm, src(rl.AdvNorm == AdvNormStd || c.Env.Name == "webshop", "public code"), rl.Outcome, src(rl.Outcome == OutcomeSuccess, "public code"))
+	add("reward %g·outcome − %g per invalid step%s", rl.RewardScale, c.Rollout.InvalidPenalty, src(rl.RewardScale == 10 && c.Rollout.InvalidPenalty == 0.1, "public code"))
+	if rl.MiniBatchRows > 0 {
+		most := c.TasksPerIteration * c.Rollout.GroupSize * max(1, c.Env.MaxSteps)
+		order := "in order"
+		if rl.Shuffle {
+			order = "shuffled"
+		}
+		add("%d rows per mini-batch%s, %s, one pass: up to %d updates per iteration (%d step rows at most)", rl.MiniBatchRows,
+			src(rl.MiniBatchRows == referenceMiniBatchRows(c.Env.Name), "public code"), order, (most+rl.MiniBatchRows-1)/rl.MiniBatchRows, most)
+	} else {
+		add("%d mini-batches per iteration (a seeded interleaved split; not the reference's semantics)", rl.MiniBatches)
+	}
+	add("PPO clip ε %g%s, dual-clip c %g%s, entropy bonus %g%s", rl.ClipEps, src(rl.ClipEps == 0.2, "public code"),
+		rl.ClipRatioC, src(rl.ClipRatioC == 3, "public code"), rl.EntropyCoef, src(rl.EntropyCoef == 0.001, "public code"))
+	add("λ %g%s, β %g%s, KL %g (k3)%s, lr %g%s, rows with zero advantage %s%s", rl.Lambda, src(rl.Lambda == 0.01, "paper"), rl.Beta, src(rl.Beta == 5, "paper"),
+		rl.KLCoef, src(rl.KLCoef == 0.01, "paper"), rl.LR, src(rl.LR == 1e-6, "paper"), map[bool]string{false: "kept", true: "dropped"}[rl.DropFlat], src(!rl.DropFlat, "verl"))
+	add("skill mode %s%s, critical steps %s%s (K %d)", c.SkillMode, src(c.SkillMode == string(skills.EpisodeOnly), "public code"),
+		c.CriticalSteps, src(c.CriticalSteps == CriticalLLM, "public code"), c.MaxStepSkills)
+	if c.UsesSFT() {
+		add("stage 1: %d trajectories, targets %s%s, %g epochs, lr %g, acting replay %g per skill example%s, analyzer %s",
+			c.Stage1.Episodes, c.Stage1.Targets, src(c.Stage1.Targets == TargetsEpisode, "public code"), c.Stage1.Epochs, c.Stage1.LR,
+			c.Stage1.ActingReplay, src(c.Stage1.ActingReplay == 0, "public code"), c.Stage1.Analyzer.Kind)
+	} else {
+		add("stage 1: none (algo %s)", c.Algo)
+	}
+	add("%s", c.EvalProtocol())
+	return lines
 }

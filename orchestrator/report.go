@@ -72,6 +72,7 @@ func WriteReport(dir string) error {
 	fmt.Fprintf(&b, "# Run %s\n\n", filepath.Base(dir))
 	fmt.Fprintf(&b, "algo `%s`, env `%s`, model `%s`, seed %d, %d iterations × %d tasks × %d trajectories, data share %.0f%%\n\n",
 		cfg.Algo, cfg.Env.Name, cfg.Model, cfg.Seed, st.Iteration, cfg.TasksPerIteration, cfg.Rollout.GroupSize, 100*cfg.DataShare)
+	fmt.Fprintf(&b, "%s.\n\n", cfg.EvalProtocol())
 	b.WriteString("| policy | eval-seen success | eval-unseen success | episodes per split |\n|---|---|---|---|\n")
 	for _, row := range []struct {
 		name string

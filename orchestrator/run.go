@@ -70,11 +70,13 @@ type EvalPoint struct {
 
 // Result is a finished run.
 type Result struct {
-	Dir      string
-	State    State
-	Base     *EvalPoint
-	Final    *EvalPoint
-	Duration time.Duration
+	Dir string
+	// EvalProtocol describes how Base and Final were measured.
+	EvalProtocol string
+	State        State
+	Base         *EvalPoint
+	Final        *EvalPoint
+	Duration     time.Duration
 }
 
 // run is one run in progress.
@@ -230,7 +232,7 @@ func execute(ctx context.Context, cfg Config, deps Deps, dir runDir, st *State) 
 	}
 	r.printf("trained policy (%s, %d iterations): eval-seen success %.1f%% (base %.1f%%), eval-unseen %.1f%% (base %.1f%%); report in %s\n",
 		cfg.Algo, st.Iteration, 100*st.FinalEval.Seen, 100*st.BaseEval.Seen, 100*st.FinalEval.Unseen, 100*st.BaseEval.Unseen, dir.report())
-	return &Result{Dir: string(dir), State: *st, Base: st.BaseEval, Final: st.FinalEval, Duration: time.Since(r.start)}, nil
+	return &Result{Dir: string(dir), State: *st, Base: st.BaseEval, Final: st.FinalEval, Duration: time.Since(r.start), EvalProtocol: r.cfg.EvalProtocol()}, nil
 }
 
 func (r *run) close() {
@@ -336,7 +338,7 @@ func (r *run) evaluate(ctx context.Context, k int) (*EvalPoint, error) {
 		if err != nil {
 			return nil, fmt.Errorf("eval: listing %s tasks: %w", split, err)
 		}
-		runner, err := r.rolloutRunner(r.cfg.Seed, 1, 0)
+		runner, err := rollout.NewRunner(r.cfg.evalRolloutConfig(), r.env.Name, r.env.Factory, r.policy, r.log)
 		if err != nil {
 			return nil, err
 		}
@@ -481,6 +483,16 @@ func (r *run) analyze(ctx context.Context, an skills.Analyzer, trajs []*rollout.
 	cc.Gamma, cc.K = r.cfg.Gamma, r.cfg.MaxStepSkills
 	var reqs []skills.Request
 	for _, g := range skills.Groups(trajs) {
+		if r.cfg.CriticalSteps == CriticalLLM {
+			for _, t := range g {
+				all := make([]int, len(t.Steps))
+				for i := range all {
+					all[i] = i
+				}
+				reqs = append(reqs, skills.Request{Traj: t, Candidates: all, ChooseSteps: true})
+			}
+			continue
+		}
 		crit := skills.CriticalSteps(g, cc)
 		for _, t := range g {
 			reqs = append(reqs, skills.Request{Traj: t, Candidates: crit[t.ID]})
@@ -516,7 +528,15 @@ func (r *run) sftExamples(recs []skills.Record) ([]SFTExample, error) {
 		if err != nil {
 			return nil, fmt.Errorf("stage-1 prompt of %s: %w", rec.TrajectoryID, err)
 		}
-		js, err := json.Marshal(rec.Skill)
+		var want any = rec.Skill
+		if r.cfg.Stage1.Targets == TargetsEpisode {
+			// The public code's stage-1 targets: no step skills.
+			want = struct {
+				EpisodeSummary string `json:"episode_summary"`
+				EpisodeSkill   string `json:"episode_skill"`
+			}{rec.Skill.EpisodeSummary, rec.Skill.EpisodeSkill}
+		}
+		js, err := json.Marshal(want)
 		if err != nil {
 			return nil, err
 		}

@@ -274,3 +274,30 @@ func TestUpdatePassesTheScheduledLR(t *testing.T) {
 		t.Errorf("metrics lr %g, want the steps' mean %g", vals["lr"], mean)
 	}
 }
+
+// The eval protocol: the reference ALFWorld protocol's settings reach the
+// eval's rollouts, and the printed protocol names each of them.
+func TestEvalProtocol(t *testing.T) {
+	cfg := validConfig()
+	if got := cfg.EvalProtocol(); !strings.Contains(got, "greedy") || !strings.Contains(got, "at most 20 steps") || !strings.Contains(got, "window prompts (3 past steps)") || !strings.Contains(got, "first 200 tasks") {
+		t.Errorf("default protocol: %s", got)
+	}
+	cfg.Eval = EvalConfig{Episodes: 128, Temperature: 0.4, MaxSteps: 50, Window: 2, Seed: 42}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	rc := cfg.evalRolloutConfig()
+	if rc.Temperature != 0.4 || rc.Window != 2 || rc.EnvOptions["max_steps"] != "50" || rc.Seed != 42 || rc.GroupSize != 1 {
+		t.Errorf("eval rollout config %+v", rc)
+	}
+	got := cfg.EvalProtocol()
+	for _, want := range []string{"sampled at T=0.4 (seed 42)", "at most 50 steps", "window prompts (2 past steps)", "first 128 tasks", "plain prompts"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("protocol %q lacks %q", got, want)
+		}
+	}
+	// Training rollouts keep their own settings.
+	if tr := cfg.rolloutConfig(1); tr.Window != 3 || tr.EnvOptions["max_steps"] != "20" {
+		t.Errorf("training rollout config changed: %+v", tr)
+	}
+}

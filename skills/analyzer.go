@@ -14,6 +14,10 @@ import (
 type Request struct {
 	Traj       *rollout.Trajectory
 	Candidates []int
+	// ChooseSteps lets the analyzer pick the critical steps itself
+	// (critical_steps "llm"); Candidates then lists every step it may
+	// pick, and the record's critical steps are the ones it chose.
+	ChooseSteps bool
 }
 
 // Analyzer writes skills for trajectories.
@@ -30,7 +34,7 @@ type asker func(ctx context.Context, prompts []string) ([]string, error)
 func analyzeWith(ctx context.Context, name string, k int, reqs []Request, ask asker, noRepair bool) ([]Record, error) {
 	prompts := make([]string, len(reqs))
 	for i, r := range reqs {
-		prompts[i] = AnalysisPrompt(r.Traj, r.Candidates, k)
+		prompts[i] = PromptFor(r, k)
 	}
 	answers, err := ask(ctx, prompts)
 	if err != nil {
@@ -69,6 +73,12 @@ func analyzeWith(ctx context.Context, name string, k int, reqs []Request, ask as
 	for i := range recs {
 		if recs[i].Skill != nil && recs[i].Skill.Empty() {
 			recs[i].Skill = nil // too short to count
+		}
+		if reqs[i].ChooseSteps {
+			recs[i].CriticalSteps = nil
+			if recs[i].Skill != nil {
+				recs[i].CriticalSteps = sortedSteps(recs[i].Skill.StepSkills)
+			}
 		}
 	}
 	return recs, nil

@@ -31,6 +31,26 @@ func clip(s string, n int) string {
 // outcome, the numbered steps, the candidate critical steps and the exact
 // JSON shape. Success asks for a workflow, failure for an avoidance rule.
 func AnalysisPrompt(t *rollout.Trajectory, candidates []int, k int) string {
+	return analysisPrompt(t, candidates, k, false)
+}
+
+// AnalysisPromptChoosing is AnalysisPrompt for the LLM critical-step
+// selector (critical_steps "llm"): instead of candidates from the group's
+// return variance, the analyzer picks the steps where the outcome was
+// decided, at most k, and keys its step skills by them.
+func AnalysisPromptChoosing(t *rollout.Trajectory, k int) string {
+	return analysisPrompt(t, nil, k, true)
+}
+
+// PromptFor is the analysis prompt of one request.
+func PromptFor(r Request, k int) string {
+	if r.ChooseSteps {
+		return AnalysisPromptChoosing(r.Traj, k)
+	}
+	return AnalysisPrompt(r.Traj, r.Candidates, k)
+}
+
+func analysisPrompt(t *rollout.Trajectory, candidates []int, k int, choose bool) string {
 	var b strings.Builder
 	b.WriteString("You are reviewing one finished episode of an agent, to write a reusable lesson from it.\n\n")
 	fmt.Fprintf(&b, "Task: %s\n", t.Task.Goal)
@@ -48,7 +68,9 @@ func AnalysisPrompt(t *rollout.Trajectory, candidates []int, k int) string {
 		fmt.Fprintf(&b, "%d. action: %s\n   result: %s\n", i, act, clip(s.Observation, maxObsChars))
 	}
 	b.WriteString("\n")
-	if len(candidates) > 0 {
+	if choose {
+		fmt.Fprintf(&b, "Choose the critical steps yourself: at most %d step numbers (0-based) where the outcome was decided, such as the wrong turn in a failure or the key action in a success. Write step skills only for those steps.\n", k)
+	} else if len(candidates) > 0 {
 		strs := make([]string, len(candidates))
 		for i, c := range candidates {
 			strs[i] = strconv.Itoa(c)

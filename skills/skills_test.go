@@ -456,3 +456,27 @@ func TestOracleOtherEnvs(t *testing.T) {
 		}
 	}
 }
+
+// The LLM critical-step selector: the prompt asks the analyzer to choose
+// (no candidate list), any step may be chosen, at most K are kept, and the
+// record's critical steps are the chosen ones.
+func TestLLMChoosesCriticalSteps(t *testing.T) {
+	tr := trajFor("choose", false, 6)
+	var prompt string
+	ask := func(_ context.Context, prompts []string) ([]string, error) {
+		prompt = prompts[0]
+		return []string{`{"episode_summary": "lost", "episode_skill": "Open the fridge before taking anything else.",
+			"step_skills": {"4": "Open the fridge here, before you take the mug.", "1": "Look inside the cabinet before you leave it.", "5": "Put the mug down in the fridge right now."}}`}, nil
+	}
+	all := []int{0, 1, 2, 3, 4, 5}
+	recs, err := analyzeWith(context.Background(), "test", 2, []Request{{Traj: tr, Candidates: all, ChooseSteps: true}}, ask, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(prompt, "Choose the critical steps yourself: at most 2") || strings.Contains(prompt, "Candidate critical steps") {
+		t.Errorf("prompt does not ask the analyzer to choose:\n%s", prompt)
+	}
+	if recs[0].Skill == nil || len(recs[0].Skill.StepSkills) != 2 || fmt.Sprint(recs[0].CriticalSteps) != "[1 4]" {
+		t.Fatalf("record %+v, want two step skills kept (the first two steps by rank: 1 and 4) as the critical steps", recs[0])
+	}
+}

@@ -203,6 +203,7 @@ func reportRun(c *cli.Context, res *orchestrator.Result, err error) error {
 		return cli.Exit("run: "+err.Error(), 1)
 	}
 	fmt.Fprintf(c.App.Writer, "run %s finished in %s\n", res.Dir, res.Duration.Round(time.Second))
+	fmt.Fprintf(c.App.Writer, "%s\n", res.EvalProtocol)
 	fmt.Fprintf(c.App.Writer, "base policy:    eval-seen success %.1f%%, eval-unseen %.1f%%\n", 100*res.Base.Seen, 100*res.Base.Unseen)
 	fmt.Fprintf(c.App.Writer, "trained policy: eval-seen success %.1f%%, eval-unseen %.1f%%\n", 100*res.Final.Seen, 100*res.Final.Unseen)
 	fmt.Fprintf(c.App.Writer, "report: %s\n", filepath.Join(res.Dir, "report", "results.md"))
@@ -250,6 +251,9 @@ func configCommand() *cli.Command {
 							status = "ok (" + strings.Join(notes, "; ") + ")"
 						}
 						fmt.Fprintf(c.App.Writer, "%s: %s: algo %s, env %s/%s, backend %s, %d iterations × %d tasks × %d\n", f, status, cfg.Algo, cfg.Env.Kind, cfg.Env.Name, cfg.Backend.Kind, cfg.Iterations, cfg.TasksPerIteration, cfg.Rollout.GroupSize)
+						for _, line := range cfg.Recipe() {
+							fmt.Fprintf(c.App.Writer, "  %s\n", line)
+						}
 						if c.Bool("probe") {
 							bad += probeConfig(c.Context, c.App.Writer, f, cfg, logger(c))
 						}

@@ -162,6 +162,41 @@ func TestShippedConfigsCheck(t *testing.T) {
 	if strings.Count(out.String(), ": ok") != len(files) {
 		t.Errorf("output:\n%s", out.String())
 	}
+	for _, want := range []string{"advantage step_rows", "rows per mini-batch", "dual-clip c 3", "entropy bonus 0.001", "skill mode", "stage 1:", "targets", "eval protocol:"} {
+		if strings.Count(out.String(), want) != len(files) {
+			t.Errorf("config check prints %q %d times for %d configs:\n%s", want, strings.Count(out.String(), want), len(files), out.String())
+		}
+	}
+	// Each preset states its recipe itself: nothing of the embedded
+	// default's (its acting replay, its 256 rows) is inherited silently.
+	explicit := map[string][]string{
+		"":        {"skill_mode", "critical_steps", "analysis_repair"},
+		"stage1":  {"episodes", "epochs", "lr", "acting_replay", "targets"},
+		"rollout": {"mode", "window", "group_size", "temperature", "invalid_penalty"},
+		"rl":      {"lambda", "beta", "kl_coef", "clip_eps", "lr", "mini_batch_rows", "advantage", "reward_scale", "outcome", "adv_norm", "clip_ratio_c", "entropy_coef"},
+		"eval":    {"episodes", "temperature", "seed"},
+	}
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		var raw map[string]json.RawMessage
+		if err := json.Unmarshal(b, &raw); err != nil {
+			t.Fatal(err)
+		}
+		for block, keys := range explicit {
+			obj := raw
+			if block != "" {
+				obj = nil
+				if err := json.Unmarshal(raw[block], &obj); err != nil {
+					t.Fatalf("%s: block %q: %v", f, block, err)
+				}
+			}
+			for _, k := range keys {
+				if _, ok := obj[k]; !ok {
+					t.Errorf("%s does not state %s.%s (it would inherit the embedded default's)", f, block, k)
+				}
+			}
+		}
+	}
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	os.WriteFile(bad, []byte(`{"algo": "seed", "rl": {"lr": 1e-6, "lamda": 0.1}}`), 0o644)
 	out.Reset()
