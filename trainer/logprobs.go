@@ -68,16 +68,62 @@ func (m *Model) TokenLogProbs(in Input, targets [][]int) (out [][]float32, err e
 	return m.tokenLogProbs(in, targets, 1)
 }
 
-// tokenLogProbs is TokenLogProbs at a sampling temperature.
+// tokenLogProbs is TokenLogProbs at a sampling temperature. Without a
+// gradient only the targets' log-probs are needed: logit − logsumexp, so
+// no second [B, T, vocabulary] tensor (the log-softmax) is made.
 func (m *Model) tokenLogProbs(in Input, targets [][]int, temperature float64) (out [][]float32, err error) {
 	defer guard(&err, "scoring tokens")
 	withoutGrad(func() {
-		lp, logp := m.tokenLogProbsFull(in, targets, temperature)
-		drop(logp)
-		out = rows2D(lp)
-		drop(lp)
+		b, t, err := in.shape()
+		if err != nil {
+			panic(torchError{err})
+		}
+		flat, keep, err := m.targetIndex(targets, b, t)
+		if err != nil {
+			panic(torchError{err})
+		}
+		logits := m.forward(in, nil)
+		if temperature > 0 && temperature != 1 {
+			logits = mulScalar(logits, 1/temperature, true)
+		}
+		lse := must(logits.Logsumexp([]int64{-1}, false, false))
+		idx := must(fromSlice(flat, []int64{int64(b), int64(t), 1}).To(m.device, true))
+		g := must(must(logits.Gather(2, idx, false, true)).SqueezeDim(2, true))
+		drop(idx)
+		lp := must(g.Sub(lse, true))
+		drop(lse)
+		k := must(fromSlice(keep, []int64{int64(b), int64(t)}).To(m.device, true))
+		masked := must(lp.Mul(k, true))
+		drop(k)
+		out = rows2D(masked)
+		drop(masked)
 	})
 	return out, nil
+}
+
+// targetIndex flattens targets [b][t] (−1: none) into gather indexes and
+// a 0/1 mask.
+func (m *Model) targetIndex(targets [][]int, b, t int) (flat []int64, keep []float32, err error) {
+	if len(targets) != b {
+		return nil, nil, fmt.Errorf("targets: %d rows for %d input rows", len(targets), b)
+	}
+	flat, keep = make([]int64, 0, b*t), make([]float32, 0, b*t)
+	for i, row := range targets {
+		if len(row) != t {
+			return nil, nil, fmt.Errorf("targets: row %d has %d entries, want %d", i, len(row), t)
+		}
+		for j, id := range row {
+			if id >= m.cfg.VocabSize {
+				return nil, nil, fmt.Errorf("targets: id %d at row %d position %d is outside the vocabulary (%d)", id, i, j, m.cfg.VocabSize)
+			}
+			if id < 0 {
+				flat, keep = append(flat, 0), append(keep, 0)
+			} else {
+				flat, keep = append(flat, int64(id)), append(keep, 1)
+			}
+		}
+	}
+	return flat, keep, nil
 }
 
 // Logits returns float32 logits [B][T][V] without gradients (small models:

@@ -47,11 +47,16 @@ type Config struct {
 	MinPrefixReuse int
 	// APIKey, when set, is required as a bearer token on /v1 and admin routes.
 	APIKey string
+	// ScoreBatchTokens bounds the padded tokens of one scoring forward
+	// (echo with logprobs); a prompt longer than it is scored alone.
+	ScoreBatchTokens int
+	// MaxSequences bounds prompts × n of one request.
+	MaxSequences int
 }
 
 // DefaultConfig returns the defaults for dir.
 func DefaultConfig(dir string) Config {
-	return Config{ModelDir: dir, MaxBatch: 64, MaxPrefills: 8, PrefixCacheEntries: 64, MinPrefixReuse: 8, Version: "0"}
+	return Config{ModelDir: dir, MaxBatch: 64, MaxPrefills: 8, PrefixCacheEntries: 64, MinPrefixReuse: 8, Version: "0", ScoreBatchTokens: 4096, MaxSequences: 1024}
 }
 
 // Validate names the first bad field.
@@ -62,8 +67,8 @@ func (c Config) Validate() error {
 	if c.MaxBatch < 1 || c.MaxPrefills < 1 {
 		return fmt.Errorf("server config: MaxBatch %d and MaxPrefills %d must be at least 1", c.MaxBatch, c.MaxPrefills)
 	}
-	if c.MaxModelLen < 0 || c.PrefixCacheEntries < 0 || c.MinPrefixReuse < 0 {
-		return errors.New("server config: MaxModelLen, PrefixCacheEntries and MinPrefixReuse must not be negative")
+	if c.MaxModelLen < 0 || c.PrefixCacheEntries < 0 || c.MinPrefixReuse < 0 || c.ScoreBatchTokens < 0 || c.MaxSequences < 0 {
+		return errors.New("server config: MaxModelLen, PrefixCacheEntries, MinPrefixReuse, ScoreBatchTokens and MaxSequences must not be negative")
 	}
 	return (trainer.ModelOptions{DType: c.DType, Device: c.Device}).Validate()
 }
@@ -533,13 +538,30 @@ func (e *Engine) keepPrefix(j *genJob) {
 	}
 }
 
+// maxSequences is the most prompts × n one request may ask for.
+func (e *Engine) maxSequences() int {
+	if e.cfg.MaxSequences > 0 {
+		return e.cfg.MaxSequences
+	}
+	return DefaultConfig("").MaxSequences
+}
+
+// testHookAfterGrouping, set by tests only, runs in decodeStep between the
+// look at the jobs' contexts and the decode.
+var testHookAfterGrouping func(e *Engine)
+
 // decodeStep advances every active sequence by one token, one batched
 // forward per snapshot.
 func (e *Engine) decodeStep() {
+	// One look at each job's context decides both whether it is finished
+	// and whether it is decoded: a job cancelled after that look is decoded
+	// once more (its cache is still there) and finished on the next step.
+	// (Two looks let a job be finished, its cache freed, then decoded.)
 	groups := map[*snapshot][]*genJob{}
 	var order []*snapshot
 	for _, j := range e.active {
-		if j.ctx.Err() != nil {
+		if err := j.ctx.Err(); err != nil {
+			e.finish(j, "", err)
 			continue
 		}
 		if _, ok := groups[j.snap]; !ok {
@@ -547,12 +569,10 @@ func (e *Engine) decodeStep() {
 		}
 		groups[j.snap] = append(groups[j.snap], j)
 	}
-	var next []*genJob
-	for _, j := range e.active {
-		if err := j.ctx.Err(); err != nil {
-			e.finish(j, "", err)
-		}
+	if testHookAfterGrouping != nil {
+		testHookAfterGrouping(e)
 	}
+	var next []*genJob
 	for _, s := range order {
 		js := groups[s]
 		caches := make([]*trainer.SeqCache, len(js))
@@ -584,38 +604,36 @@ func (e *Engine) decodeStep() {
 func (e *Engine) runScore(s *scoreJob) {
 	snap := e.current
 	s.snap = snap
-	n := 0
-	for _, p := range s.prompts {
-		n = max(n, len(p))
-	}
-	in := trainer.Input{IDs: make([][]int, len(s.prompts)), Segments: make([][]int, len(s.prompts))}
-	targets := make([][]int, len(s.prompts))
+	// Bounded micro-batches of target log-probs (trainer.RescoreAt): the
+	// peak is one micro-batch's logits, never the whole request's
+	// B×T×vocabulary tensor. One-token prompts have nothing to score.
+	var seqs [][]int
+	var at []int
 	for i, p := range s.prompts {
-		in.IDs[i] = make([]int, n)
-		in.Segments[i] = make([]int, n)
-		targets[i] = make([]int, n)
-		copy(in.IDs[i], p)
-		for k := range targets[i] {
-			targets[i][k] = -1
-			if k < len(p) {
-				in.Segments[i][k] = 1
-			}
-			if k+1 < len(p) {
-				targets[i][k] = p[k+1]
-			}
+		if len(p) >= 2 {
+			seqs = append(seqs, p)
+			at = append(at, i)
 		}
-	}
-	lp, err := snap.model.TokenLogProbs(in, targets)
-	if err != nil {
-		s.result <- scoreResult{err: err}
-		return
 	}
 	out := make([][]float64, len(s.prompts))
 	for i, p := range s.prompts {
 		out[i] = make([]float64, len(p))
 		out[i][0] = nanValue
-		for k := 1; k < len(p); k++ {
-			out[i][k] = float64(lp[i][k-1])
+	}
+	if len(seqs) > 0 {
+		limit := e.cfg.ScoreBatchTokens
+		if limit < 2 {
+			limit = snap.maxLen
+		}
+		lp, err := snap.model.RescoreAt(seqs, limit, 1)
+		if err != nil {
+			s.result <- scoreResult{err: err}
+			return
+		}
+		for k, i := range at {
+			for t := 1; t < len(s.prompts[i]); t++ {
+				out[i][t] = float64(lp[k][t])
+			}
 		}
 	}
 	e.statsMu.Lock()

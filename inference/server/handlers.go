@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/seedctl/seedctl/tokenizer"
 )
@@ -22,25 +24,46 @@ type completionRequest struct {
 	genParams
 }
 
+// countPrompts counts the top-level elements of a prompt that is a list of
+// lists (other shapes count as one), stopping at limit: the prompts of a
+// hostile body are never all decoded.
+func countPrompts(raw json.RawMessage, limit int) int {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+		return 1
+	}
+	n := 0
+	for dec.More() && n < limit {
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return n
+		}
+		n++
+	}
+	return n
+}
+
 // parsePrompt accepts a string, a list of strings, a list of token ids or a
-// list of lists of token ids.
-func parsePrompt(raw json.RawMessage, tok *tokenizer.Tokenizer, vocab int) ([][]int, error) {
+// list of lists of token ids; at most maxPrompts of them.
+func parsePrompt(raw json.RawMessage, tok *tokenizer.Tokenizer, vocab, maxPrompts int) ([][]int, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, bad("prompt", "prompt is required")
 	}
-	var one string
-	if err := json.Unmarshal(raw, &one); err == nil {
-		ids, err := tok.Encode(one)
-		if err != nil {
-			return nil, bad("prompt", "encoding the prompt: %v", err)
-		}
-		return [][]int{ids}, nil
+	if n := countPrompts(raw, maxPrompts+1); n > maxPrompts {
+		return nil, bad("prompt", "more than %d prompts in one request", maxPrompts)
 	}
+	var one string
 	var strs []string
 	var ids []int
 	var batches [][]int
 	var out [][]int
 	switch {
+	case json.Unmarshal(raw, &one) == nil:
+		e, err := tok.Encode(one)
+		if err != nil {
+			return nil, bad("prompt", "encoding the prompt: %v", err)
+		}
+		out = [][]int{e}
 	case json.Unmarshal(raw, &strs) == nil && len(strs) > 0:
 		for _, s := range strs {
 			e, err := tok.Encode(s)
@@ -69,9 +92,11 @@ func parsePrompt(raw json.RawMessage, tok *tokenizer.Tokenizer, vocab int) ([][]
 	return out, nil
 }
 
+// checkLength refuses prompts that, with maxTokens more, exceed the
+// context (compared without the sum, which a huge max_tokens overflows).
 func checkLength(prompts [][]int, maxTokens, maxLen int) error {
 	for _, p := range prompts {
-		if len(p)+maxTokens > maxLen {
+		if len(p) > maxLen || maxTokens > maxLen-len(p) {
 			return bad("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d in the completion).",
 				maxLen, len(p)+maxTokens, len(p), maxTokens)
 		}
@@ -86,10 +111,12 @@ type completionLogprobs struct {
 	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
 }
 
+// add appends a token; text_offset counts characters (code points) of the
+// text so far, as the OpenAI API and vLLM do, not bytes.
 func (l *completionLogprobs) add(text string, lp *float64, top map[string]float64) {
 	off := 0
 	if n := len(l.Tokens); n > 0 {
-		off = l.TextOffset[n-1] + len(l.Tokens[n-1])
+		off = l.TextOffset[n-1] + utf8.RuneCountInString(l.Tokens[n-1])
 	}
 	l.TextOffset = append(l.TextOffset, off)
 	l.Tokens = append(l.Tokens, text)
@@ -117,7 +144,8 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, bad("logprobs", "logprobs must be in [0, 20], got %d", *req.Logprobs))
 		return
 	}
-	prompts, err := parsePrompt(req.Prompt, snap.tok, vocab)
+	limit := s.eng.maxSequences()
+	prompts, err := parsePrompt(req.Prompt, snap.tok, vocab, limit)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -125,6 +153,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	p, err := req.genParams.parse(16, vocab)
 	if err != nil {
 		s.fail(w, err)
+		return
+	}
+	if len(prompts)*p.n > limit {
+		s.fail(w, bad("n", "%d prompts × n=%d is more than the %d sequences one request may ask for", len(prompts), p.n, limit))
 		return
 	}
 	if err := checkLength(prompts, p.maxTokens, snap.maxLen); err != nil {
@@ -290,7 +322,7 @@ func (s *Server) streamCompletions(w http.ResponseWriter, r *http.Request, id st
 	out := newSSE(w)
 	snap := s.eng.snap()
 	ts := &textStream{tok: snap.tok}
-	_, err := s.generate(r.Context(), prompts, p, top, func(idx int, ev genEvent, res *choiceResult) error {
+	results, err := s.generate(r.Context(), prompts, p, top, func(idx int, ev genEvent, res *choiceResult) error {
 		ch := map[string]any{"index": idx, "text": ts.delta(idx, res, p.stops, p.skipSpecial, ev.done), "logprobs": nil, "finish_reason": nil}
 		if ev.tok != nil && req.Logprobs != nil {
 			v := ev.tok.LogProb
@@ -306,6 +338,8 @@ func (s *Server) streamCompletions(w http.ResponseWriter, r *http.Request, id st
 	if err != nil {
 		s.log.Warn().Err(err).Msg("stream ended early")
 		out.send(map[string]any{"error": apiError{Message: firstLine(err.Error()), Type: "internal_error", Code: 500}})
+	} else if p.includeUsage {
+		out.send(map[string]any{"id": id, "object": "text_completion", "created": created, "model": s.name, "choices": []any{}, "usage": usage(results, p.n)})
 	}
 	out.done()
 }
@@ -405,6 +439,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	for i, m := range req.Messages {
 		switch m.Role {
 		case "system", "user", "assistant", "tool":
+		case "developer":
+			// The OpenAI API's newer name for system instructions.
+			m.Role = "system"
 		default:
 			s.fail(w, bad(fmt.Sprintf("messages[%d].role", i), "unknown role %q", m.Role))
 			return
@@ -428,6 +465,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	vocab := snap.model.Config().VocabSize
+	if len(ids) >= snap.maxLen {
+		s.fail(w, bad("messages", "This model's maximum context length is %d tokens. However, your messages resulted in %d tokens, which leaves no room for a completion.", snap.maxLen, len(ids)))
+		return
+	}
 	p, err := req.genParams.parse(snap.maxLen-len(ids), vocab)
 	if err != nil {
 		s.fail(w, err)
@@ -483,7 +524,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, id string, c
 			return
 		}
 	}
-	_, err := s.generate(r.Context(), prompts, p, top, func(idx int, ev genEvent, res *choiceResult) error {
+	results, err := s.generate(r.Context(), prompts, p, top, func(idx int, ev genEvent, res *choiceResult) error {
 		ch := map[string]any{"index": idx, "delta": map[string]any{}, "logprobs": nil, "finish_reason": nil}
 		if d := ts.delta(idx, res, p.stops, p.skipSpecial, ev.done); d != "" {
 			ch["delta"] = map[string]any{"content": d}
@@ -503,6 +544,8 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, id string, c
 	if err != nil {
 		s.log.Warn().Err(err).Msg("stream ended early")
 		out.send(map[string]any{"error": apiError{Message: firstLine(err.Error()), Type: "internal_error", Code: 500}})
+	} else if p.includeUsage {
+		out.send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": s.name, "choices": []any{}, "usage": usage(results, p.n)})
 	}
 	out.done()
 }

@@ -15,13 +15,22 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
 	"github.com/seedctl/seedctl/tokenizer"
 )
 
-const maxBodyBytes = 32 << 20
+// Request limits (README, "Reliability").
+const (
+	// maxBodyBytes bounds a request body.
+	maxBodyBytes = 32 << 20
+	// ReadTimeout bounds reading one request, body included.
+	ReadTimeout = 60 * time.Second
+	// IdleTimeout closes keep-alive connections idle this long.
+	IdleTimeout = 120 * time.Second
+)
 
 // Server is the HTTP front of an Engine.
 type Server struct {
@@ -45,6 +54,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /v1/models", s.auth(s.models))
+	mux.HandleFunc("GET /v1/models/{id}", s.auth(s.model))
 	mux.HandleFunc("POST /v1/completions", s.auth(s.completions))
 	mux.HandleFunc("POST /v1/chat/completions", s.auth(s.chat))
 	mux.HandleFunc("POST /update_weights_from_disk", s.auth(s.updateWeights))
@@ -84,7 +94,10 @@ func (s *Server) Listen(addr string) error {
 		return fmt.Errorf("listening on %s: %w", addr, err)
 	}
 	s.ln = ln
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// Slow clients are cut: headers within 10 s, the whole body within
+	// ReadTimeout, idle keep-alive connections after IdleTimeout.
+	// Responses have no write deadline (streams may run long).
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: ReadTimeout, IdleTimeout: IdleTimeout}
 	return nil
 }
 
@@ -198,6 +211,11 @@ func decodeBody(r *http.Request, dst any) error {
 	if len(body) > maxBodyBytes {
 		return bad("", "request body over %d bytes", maxBodyBytes)
 	}
+	// As vLLM: a body that is not UTF-8 is refused, not silently repaired
+	// (Go's JSON decoder would turn the bad bytes into U+FFFD).
+	if !utf8.Valid(body) {
+		return bad("", "request body is not valid UTF-8")
+	}
 	if err := json.Unmarshal(body, dst); err != nil {
 		return bad("", "malformed JSON body: %v", err)
 	}
@@ -210,15 +228,25 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+func (s *Server) modelCard() map[string]any {
 	snap := s.eng.snap()
-	writeJSON(w, map[string]any{
-		"object": "list",
-		"data": []map[string]any{{
-			"id": s.name, "object": "model", "created": snap.loaded.Unix(), "owned_by": "seedctl",
-			"root": snap.dir, "max_model_len": snap.maxLen, "weight_version": snap.version,
-		}},
-	})
+	return map[string]any{
+		"id": s.name, "object": "model", "created": snap.loaded.Unix(), "owned_by": "seedctl",
+		"root": snap.dir, "max_model_len": snap.maxLen, "weight_version": snap.version,
+	}
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, map[string]any{"object": "list", "data": []map[string]any{s.modelCard()}})
+}
+
+// model is GET /v1/models/{id} (the OpenAI client's models.retrieve).
+func (s *Server) model(w http.ResponseWriter, r *http.Request) {
+	if err := s.checkModel(r.PathValue("id")); err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, s.modelCard())
 }
 
 func (s *Server) statsHandler(w http.ResponseWriter, r *http.Request) {
@@ -264,6 +292,17 @@ func (s *Server) updateWeights(w http.ResponseWriter, r *http.Request) {
 
 // genParams are the sampling parameters shared by both endpoints.
 type genParams struct {
+	// Fields the OpenAI API has that this server does not implement: a
+	// request that sets one gets a 400 naming it, not a silent default.
+	Tools          json.RawMessage `json:"tools"`
+	ToolChoice     json.RawMessage `json:"tool_choice"`
+	ResponseFormat json.RawMessage `json:"response_format"`
+	LogitBias      json.RawMessage `json:"logit_bias"`
+	BestOf         *int            `json:"best_of"`
+	Suffix         json.RawMessage `json:"suffix"`
+	StreamOptions  *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
 	MaxTokens        *int            `json:"max_tokens"`
 	MaxCompletion    *int            `json:"max_completion_tokens"`
 	Temperature      *float64        `json:"temperature"`
@@ -281,18 +320,36 @@ type genParams struct {
 }
 
 type parsedGen struct {
-	maxTokens   int
-	params      samplingParams
-	seed        *int64
-	stops       []string
-	stopIDs     map[int]bool
-	n           int
-	ignoreEOS   bool
-	skipSpecial bool
+	includeUsage bool // stream_options.include_usage: a last chunk with usage
+	maxTokens    int
+	params       samplingParams
+	seed         *int64
+	stops        []string
+	stopIDs      map[int]bool
+	n            int
+	ignoreEOS    bool
+	skipSpecial  bool
 }
 
 func (g genParams) parse(defaultMax int, vocab int) (parsedGen, error) {
-	p := parsedGen{maxTokens: defaultMax, n: 1, seed: g.Seed, ignoreEOS: g.IgnoreEOS, skipSpecial: true, params: samplingParams{Temperature: 1, TopP: 1}}
+	p := parsedGen{maxTokens: max(0, defaultMax), n: 1, seed: g.Seed, ignoreEOS: g.IgnoreEOS, skipSpecial: true, params: samplingParams{Temperature: 1, TopP: 1}}
+	set := func(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+	for _, f := range []struct {
+		name string
+		on   bool
+	}{{"tools", set(g.Tools)}, {"tool_choice", set(g.ToolChoice)}, {"response_format", set(g.ResponseFormat)},
+		{"logit_bias", set(g.LogitBias) && string(g.LogitBias) != "{}"}, {"suffix", set(g.Suffix) && string(g.Suffix) != `""`},
+		{"best_of", g.BestOf != nil && *g.BestOf != 1}} {
+		if f.on {
+			return p, bad(f.name, "%s is not supported by this server", f.name)
+		}
+	}
+	if g.StreamOptions != nil {
+		if !g.Stream {
+			return p, bad("stream_options", "stream_options needs stream: true")
+		}
+		p.includeUsage = g.StreamOptions.IncludeUsage
+	}
 	if g.SkipSpecial != nil {
 		p.skipSpecial = *g.SkipSpecial
 	}

@@ -45,25 +45,29 @@ func logSoftmax(logits []float32) []float64 {
 	return out
 }
 
-// topK returns the k most likely ids by log-prob, ties by lower id.
+// topK returns the k most likely ids by log-prob, ties by lower id, in
+// one pass over the vocabulary (k is at most 20: an insertion into a short
+// sorted list beats sorting 151k entries).
 func topK(lp []float64, k int) []tokenLogProb {
 	if k <= 0 {
 		return nil
 	}
 	k = min(k, len(lp))
-	idx := make([]int, len(lp))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.Slice(idx, func(a, b int) bool {
-		if lp[idx[a]] != lp[idx[b]] {
-			return lp[idx[a]] > lp[idx[b]]
+	out := make([]tokenLogProb, 0, k+1)
+	for i, v := range lp {
+		if len(out) == k && v <= out[k-1].LogProb {
+			continue // ties keep the lower id, already in
 		}
-		return idx[a] < idx[b]
-	})
-	out := make([]tokenLogProb, k)
-	for i := 0; i < k; i++ {
-		out[i] = tokenLogProb{ID: idx[i], LogProb: lp[idx[i]]}
+		at := len(out)
+		for at > 0 && out[at-1].LogProb < v {
+			at--
+		}
+		out = append(out, tokenLogProb{})
+		copy(out[at+1:], out[at:])
+		out[at] = tokenLogProb{ID: i, LogProb: v}
+		if len(out) > k {
+			out = out[:k]
+		}
 	}
 	return out
 }
@@ -85,50 +89,93 @@ func sample(logits []float32, p samplingParams, rng *rand.Rand) tokenChoice {
 	return tokenChoice{ID: id, LogProb: lp[id], Top: topK(lp, p.TopLogprobs)}
 }
 
+// sampleTempered draws from softmax(logits/T), cut to the top-k and then
+// the top-p nucleus (probabilities of the whole distribution, as before
+// the cut). Without a cut it is one pass over the vocabulary; with one,
+// only the tokens above a probability threshold are sorted, the threshold
+// falling until they hold the cut (every token left out is less likely
+// than every token kept, so the kept ones are the head of the full order).
 func sampleTempered(logits []float32, p samplingParams, rng *rand.Rand) int {
 	t := p.Temperature
-	scaled := make([]float32, len(logits))
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = math.Max(mx, float64(v))
+	}
+	w := make([]float64, len(logits)) // exp((l − max)/T): the top token weighs 1
+	total := 0.0
 	for i, v := range logits {
-		scaled[i] = float32(float64(v) / t)
+		w[i] = math.Exp((float64(v) - mx) / t)
+		total += w[i]
 	}
-	lp := logSoftmax(scaled)
-	type cand struct {
-		id int
-		p  float64
+	if !(p.TopK > 0 && p.TopK < len(w)) && !(p.TopP > 0 && p.TopP < 1) {
+		r := rng.Float64() * total
+		last := 0
+		for i, x := range w {
+			if x > 0 {
+				last = i
+			}
+			r -= x
+			if r <= 0 && x > 0 {
+				return i
+			}
+		}
+		return last
 	}
-	cands := make([]cand, len(lp))
-	for i, l := range lp {
-		cands[i] = cand{i, math.Exp(l)}
+	cands := nucleus(w, total, p)
+	kept := 0.0
+	for _, c := range cands {
+		kept += w[c]
+	}
+	r := rng.Float64() * kept
+	for _, c := range cands {
+		r -= w[c]
+		if r <= 0 {
+			return c
+		}
+	}
+	return cands[len(cands)-1]
+}
+
+// nucleus returns the ids sampling may pick under top-k and top-p, most
+// likely first (ties: lower id), from weights w summing to total.
+func nucleus(w []float64, total float64, p samplingParams) []int {
+	topK := p.TopK > 0 && p.TopK < len(w)
+	topP := p.TopP > 0 && p.TopP < 1
+	var cands []int
+	for thr := 1e-3; ; thr *= 1e-3 {
+		if thr < 1e-15 {
+			thr = 0
+		}
+		cands = cands[:0]
+		mass := 0.0
+		for i, x := range w {
+			if x >= thr {
+				cands = append(cands, i)
+				mass += x
+			}
+		}
+		if thr == 0 || (topK && len(cands) >= p.TopK) || (!topK && mass >= p.TopP*total) {
+			break
+		}
 	}
 	sort.Slice(cands, func(a, b int) bool {
-		if cands[a].p != cands[b].p {
-			return cands[a].p > cands[b].p
+		if w[cands[a]] != w[cands[b]] {
+			return w[cands[a]] > w[cands[b]]
 		}
-		return cands[a].id < cands[b].id
+		return cands[a] < cands[b]
 	})
-	if p.TopK > 0 && p.TopK < len(cands) {
+	if topK && len(cands) > p.TopK {
 		cands = cands[:p.TopK]
 	}
-	if p.TopP > 0 && p.TopP < 1 {
+	if topP {
 		cum := 0.0
 		for i, c := range cands {
-			cum += c.p
+			cum += w[c] / total
 			if cum >= p.TopP {
 				cands = cands[:i+1]
 				break
 			}
 		}
 	}
-	total := 0.0
-	for _, c := range cands {
-		total += c.p
-	}
-	r := rng.Float64() * total
-	for _, c := range cands {
-		r -= c.p
-		if r <= 0 {
-			return c.id
-		}
-	}
-	return cands[len(cands)-1].id
+	return cands
 }

@@ -1,0 +1,250 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// hostileRequests are bad requests that each once crashed the server, was
+// accepted, or answered 500; every one must get a 4xx naming the problem.
+func hostileRequests() []struct {
+	path   string
+	body   any
+	status int
+	want   string
+} {
+	many := make([][]int, 2000)
+	for i := range many {
+		many[i] = []int{1}
+	}
+	seventeen := make([][]int, 17)
+	for i := range seventeen {
+		seventeen[i] = []int{1, 2}
+	}
+	longText := strings.Repeat("hello world ", 400) // > 512 tokens once rendered
+	return []struct {
+		path   string
+		body   any
+		status int
+		want   string
+	}{
+		// A chat prompt over the context without max_tokens: the default
+		// max_tokens went negative and the whole prompt was prefilled.
+		{"/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "user", "content": longText}}}, 400, "maximum context length"},
+		// max_tokens so large that prompt + max_tokens overflowed.
+		{"/v1/completions", map[string]any{"prompt": "hi", "max_tokens": int64(math.MaxInt64)}, 400, "maximum context length"},
+		{"/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "user", "content": "x"}}, "max_tokens": int64(math.MaxInt64)}, 400, "maximum context length"},
+		// Empty prompts: were 500s deep in the engine.
+		{"/v1/completions", map[string]any{"prompt": ""}, 400, "empty"},
+		{"/v1/completions", map[string]any{"prompt": "", "echo": true, "logprobs": 0, "max_tokens": 0}, 400, "empty"},
+		{"/v1/completions", map[string]any{"prompt": []string{"a", ""}}, 400, "empty"},
+		// prompts × n unbounded: results were allocated up front.
+		{"/v1/completions", map[string]any{"prompt": many, "max_tokens": 1}, 400, "more than 1024 prompts"},
+		{"/v1/completions", map[string]any{"prompt": seventeen, "n": 64, "max_tokens": 1}, 400, "sequences one request"},
+		// Invalid UTF-8 was silently replaced.
+		{"/v1/completions", "{\"prompt\": \"caf\xe9\"}", 400, "UTF-8"},
+		// Accepted and ignored before.
+		{"/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "user", "content": "x"}}, "tools": []any{map[string]any{"type": "function"}}}, 400, "tools"},
+		{"/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "user", "content": "x"}}, "response_format": map[string]any{"type": "json_object"}}, 400, "response_format"},
+		{"/v1/completions", map[string]any{"prompt": "hi", "logit_bias": map[string]int{"5": 100}}, 400, "logit_bias"},
+		{"/v1/completions", map[string]any{"prompt": "hi", "best_of": 3}, 400, "best_of"},
+		{"/v1/completions", map[string]any{"prompt": "hi", "suffix": "end"}, 400, "suffix"},
+		{"/v1/completions", map[string]any{"prompt": "hi", "stream_options": map[string]any{"include_usage": true}}, 400, "stream_options"},
+	}
+}
+
+func TestHostileRequestsGet4xx(t *testing.T) {
+	s := newTestServer(t, nil)
+	for _, tt := range hostileRequests() {
+		code, resp := post(t, s.url+tt.path, tt.body)
+		e, _ := resp["error"].(map[string]any)
+		if code != tt.status || e == nil || !strings.Contains(fmt.Sprint(e["message"]), tt.want) {
+			b := fmt.Sprint(tt.body)
+			t.Errorf("%s %.120s: %d %.300v; want %d mentioning %q", tt.path, b, code, resp, tt.status, tt.want)
+		}
+	}
+	if code, resp := post(t, s.url+"/v1/completions", map[string]any{"prompt": "hi", "max_tokens": 2}); code != 200 {
+		t.Fatalf("after hostile requests: %d %v", code, resp)
+	}
+}
+
+// A request cancelled between decodeStep's look at the contexts and the
+// decode is decoded once more and finished on the next step; it used to be
+// finished (its cache freed) and then decoded: a nil dereference on the
+// engine goroutine that took the process down.
+func TestCancelDuringDecodeStep(t *testing.T) {
+	s := newTestServer(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	fired := make(chan struct{})
+	testHookAfterGrouping = func(e *Engine) {
+		if len(e.active) > 0 {
+			select {
+			case <-fired:
+			default:
+				cancel()
+				close(fired)
+			}
+		}
+	}
+	defer func() { testHookAfterGrouping = nil }()
+	p, err := genParams{}.parse(8, s.model.Config().VocabSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ignoreEOS = true
+	if _, err := s.generate(ctx, [][]int{prompt}, p, 0, nil); err == nil {
+		t.Fatal("a cancelled request finished without an error")
+	}
+	<-fired
+	testHookAfterGrouping = nil
+	if code, resp := post(t, s.url+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 3}); code != 200 {
+		t.Fatalf("after the cancellation: %d %v", code, resp)
+	}
+}
+
+// Echo scoring in micro-batches of bounded tokens gives the log-probs of
+// scoring all prompts at once.
+func TestEchoScoringMicroBatches(t *testing.T) {
+	batch := [][]int{prompt, prompt[:5], {7, 3, 9}, {4}}
+	score := func(limit int) [][]any {
+		s := newTestServer(t, func(c *Config) { c.ScoreBatchTokens = limit })
+		code, resp := post(t, s.url+"/v1/completions", map[string]any{"prompt": batch, "max_tokens": 0, "echo": true, "logprobs": 0, "return_tokens_as_token_ids": true})
+		if code != 200 {
+			t.Fatalf("limit %d: %d %v", limit, code, resp)
+		}
+		var out [][]any
+		for _, c := range choices(t, resp) {
+			out = append(out, c["logprobs"].(map[string]any)["token_logprobs"].([]any))
+		}
+		return out
+	}
+	one, many := score(4096), score(8)
+	for i := range one {
+		if len(one[i]) != len(batch[i]) || one[i][0] != nil {
+			t.Fatalf("prompt %d: %v", i, one[i])
+		}
+		for k := 1; k < len(one[i]); k++ {
+			if math.Abs(one[i][k].(float64)-many[i][k].(float64)) > 1e-4 {
+				t.Errorf("prompt %d token %d: %v in one forward, %v in micro-batches", i, k, one[i][k], many[i][k])
+			}
+		}
+	}
+}
+
+func TestOpenAIClientCalls(t *testing.T) {
+	s := newTestServer(t, nil)
+	// models.retrieve
+	for name, want := range map[string]int{s.name: 200, "someone-else": 404} {
+		resp, err := http.Get(s.url + "/v1/models/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var card map[string]any
+		json.NewDecoder(resp.Body).Decode(&card)
+		resp.Body.Close()
+		if resp.StatusCode != want || (want == 200 && card["id"] != s.name) {
+			t.Errorf("GET /v1/models/%s: %d %v, want %d", name, resp.StatusCode, card, want)
+		}
+	}
+	// role developer is the system role
+	code, resp := post(t, s.url+"/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}}, "max_tokens": 2})
+	if code != 200 {
+		t.Errorf("developer role: %d %v", code, resp)
+	}
+	// stream_options.include_usage: a last chunk with no choices and the usage
+	for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
+		body := map[string]any{"prompt": prompt, "max_tokens": 3, "ignore_eos": true, "stream": true, "stream_options": map[string]any{"include_usage": true}}
+		if path == "/v1/chat/completions" {
+			body = map[string]any{"messages": []map[string]any{{"role": "user", "content": "hi"}}, "max_tokens": 3, "ignore_eos": true, "stream": true, "stream_options": map[string]any{"include_usage": true}}
+		}
+		events, done := readSSE(t, s.url+path, body)
+		if !done || len(events) == 0 {
+			t.Fatalf("%s: stream without [DONE]", path)
+		}
+		last := events[len(events)-1]
+		u, _ := last["usage"].(map[string]any)
+		if u == nil || u["completion_tokens"] != float64(3) || len(last["choices"].([]any)) != 0 {
+			t.Errorf("%s: last chunk %v, want usage with 3 completion tokens and no choices", path, last)
+		}
+	}
+}
+
+// text_offset counts characters, not bytes.
+func TestTextOffsetCountsCharacters(t *testing.T) {
+	var l completionLogprobs
+	for _, tok := range []string{"caf", "é", "😀", "x"} {
+		l.add(tok, nil, nil)
+	}
+	if fmt.Sprint(l.TextOffset) != "[0 3 4 5]" {
+		t.Errorf("text_offset %v, want [0 3 4 5]", l.TextOffset)
+	}
+}
+
+// The sampler's nucleus (top-k, then top-p) is the head of the full
+// sorted order, found without sorting the whole vocabulary.
+func TestNucleusMatchesFullSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := 0; trial < 200; trial++ {
+		n := 50 + rng.IntN(2000)
+		w := make([]float64, n)
+		total := 0.0
+		spread := []float64{0.5, 3, 12}[trial%3]
+		for i := range w {
+			w[i] = math.Exp(-spread * rng.Float64() * 10)
+			total += w[i]
+		}
+		p := samplingParams{Temperature: 1, TopP: []float64{1, 0.9, 0.5, 0.99}[trial%4], TopK: []int{0, 1, 40, 0, 5000}[trial%5]}
+		ids := make([]int, n)
+		for i := range ids {
+			ids[i] = i
+		}
+		sort.Slice(ids, func(a, b int) bool {
+			if w[ids[a]] != w[ids[b]] {
+				return w[ids[a]] > w[ids[b]]
+			}
+			return ids[a] < ids[b]
+		})
+		if p.TopK > 0 && p.TopK < n {
+			ids = ids[:p.TopK]
+		}
+		if p.TopP < 1 {
+			cum := 0.0
+			for i, c := range ids {
+				cum += w[c] / total
+				if cum >= p.TopP {
+					ids = ids[:i+1]
+					break
+				}
+			}
+		}
+		if got := nucleus(w, total, p); fmt.Sprint(got) != fmt.Sprint(ids) {
+			t.Fatalf("trial %d (n %d, %+v): nucleus %v, full sort %v", trial, n, p, got, ids)
+		}
+	}
+}
+
+// Without a cut the sampler draws each token with its probability.
+func TestSamplerFrequencies(t *testing.T) {
+	logits := []float32{2, 1, 0, -1, 0.5}
+	lp := logSoftmax(logits)
+	rng := rand.New(rand.NewPCG(5, 6))
+	const draws = 40000
+	counts := make([]int, len(logits))
+	for range draws {
+		counts[sampleTempered(logits, samplingParams{Temperature: 1, TopP: 1}, rng)]++
+	}
+	for i, c := range counts {
+		p := math.Exp(lp[i])
+		sd := math.Sqrt(p * (1 - p) / draws)
+		if f := float64(c) / draws; math.Abs(f-p) > 5*sd {
+			t.Errorf("token %d: frequency %.4f, probability %.4f (±%.4f)", i, f, p, sd)
+		}
+	}
+}
