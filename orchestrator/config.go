@@ -100,6 +100,39 @@ type Stage1Config struct {
 	Targets string `json:"targets"`
 }
 
+// Row dropping (RLConfig.DropFlat).
+const (
+	DropZeroAdvantage = "zero_advantage"
+	DropNoSignal      = "no_signal"
+)
+
+// Stage-2 updates (UseUpdate).
+const (
+	// UpdatePublic is the public SEED code's update (the default).
+	UpdatePublic = "public"
+	// UpdateLegacy is seedctl's update before it followed the public code:
+	// one trajectory return (success − nothing for invalid steps) copied
+	// to every step, one optimizer step per iteration, no dual-clip, no
+	// entropy bonus, rows without signal dropped. Kept to compare against.
+	UpdateLegacy = "legacy"
+)
+
+// UseUpdate switches the stage-2 update to one of the named recipes.
+func (c *Config) UseUpdate(name string) error {
+	switch name {
+	case UpdatePublic:
+		d := Default()
+		c.RL.Advantage, c.RL.RewardScale, c.RL.Outcome, c.Rollout.InvalidPenalty = d.RL.Advantage, d.RL.RewardScale, d.RL.Outcome, d.Rollout.InvalidPenalty
+		c.RL.MiniBatchRows, c.RL.MiniBatches, c.RL.ClipRatioC, c.RL.EntropyCoef, c.RL.DropFlat = d.RL.MiniBatchRows, d.RL.MiniBatches, d.RL.ClipRatioC, d.RL.EntropyCoef, d.RL.DropFlat
+	case UpdateLegacy:
+		c.RL.Advantage, c.RL.RewardScale, c.RL.Outcome, c.Rollout.InvalidPenalty = AdvTrajectory, 1, OutcomeEnv, 0
+		c.RL.MiniBatchRows, c.RL.MiniBatches, c.RL.ClipRatioC, c.RL.EntropyCoef, c.RL.DropFlat = 0, 1, 0, 0, DropNoSignal
+	default:
+		return fmt.Errorf("update %q: want %q or %q", name, UpdatePublic, UpdateLegacy)
+	}
+	return nil
+}
+
 // Stage-1 targets (Stage1Config.Targets).
 const (
 	TargetsAll     = "all"
@@ -180,11 +213,13 @@ type RLConfig struct {
 	// EntropyCoef weighs the entropy bonus (verl's entropy_coeff;
 	// reference 0.001).
 	EntropyCoef float64 `json:"entropy_coef"`
-	// DropFlat leaves rows whose advantage is 0 at every token (flat
-	// groups) out of the update, for every method alike, so GRPO's and
-	// SEED's loss normalisers stay the same; it also drops SEED's
-	// distillation on those rows. Off by default: verl keeps every row.
-	DropFlat bool `json:"drop_flat,omitempty"`
+	// DropFlat leaves rows out of the update: "" (none; verl keeps every
+	// row), "zero_advantage" (rows whose advantage is 0 at every token, for
+	// every method alike, so GRPO's and SEED's loss normalisers stay the
+	// same; SEED loses its distillation on them) or "no_signal" (rows with
+	// advantage 0 and no distilled token: the update before the public
+	// recipe was followed, which scales GRPO's gradient more than SEED's).
+	DropFlat string `json:"drop_flat,omitempty"`
 	// ServerOldLogP uses the server's sampling log-probs as ℓold instead of
 	// recomputing them with the trainer (as verl does). Recomputing costs a
 	// forward pass but makes the update independent of the server's batch
@@ -458,6 +493,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: rl.mini_batch_rows %d: want rows per mini-batch (>= 1), or 0 with rl.mini_batches >= 1", c.RL.MiniBatchRows)
 	case c.RL.ClipRatioC != 0 && !(c.RL.ClipRatioC > 1):
 		return fmt.Errorf("config: rl.clip_ratio_c %v must be 0 (off) or above 1", c.RL.ClipRatioC)
+	case c.RL.DropFlat != "" && c.RL.DropFlat != DropZeroAdvantage && c.RL.DropFlat != DropNoSignal:
+		return fmt.Errorf("config: rl.drop_flat %q: want \"\", %q or %q", c.RL.DropFlat, DropZeroAdvantage, DropNoSignal)
 	case c.RL.EntropyCoef < 0:
 		return fmt.Errorf("config: rl.entropy_coef %v must be >= 0", c.RL.EntropyCoef)
 	case c.RL.LR <= 0 || c.RL.MaxRefusals < 1 || c.RL.AdvEps <= 0:
@@ -634,7 +671,7 @@ func (c Config) Recipe() []string {
 	add("PPO clip ε %g%s, dual-clip c %g%s, entropy bonus %g%s", rl.ClipEps, src(rl.ClipEps == 0.2, "public code"),
 		rl.ClipRatioC, src(rl.ClipRatioC == 3, "public code"), rl.EntropyCoef, src(rl.EntropyCoef == 0.001, "public code"))
 	add("λ %g%s, β %g%s, KL %g (k3)%s, lr %g%s, rows with zero advantage %s%s", rl.Lambda, src(rl.Lambda == 0.01, "paper"), rl.Beta, src(rl.Beta == 5, "paper"),
-		rl.KLCoef, src(rl.KLCoef == 0.01, "paper"), rl.LR, src(rl.LR == 1e-6, "paper"), map[bool]string{false: "kept", true: "dropped"}[rl.DropFlat], src(!rl.DropFlat, "verl"))
+		rl.KLCoef, src(rl.KLCoef == 0.01, "paper"), rl.LR, src(rl.LR == 1e-6, "paper"), map[string]string{"": "kept", DropZeroAdvantage: "dropped", DropNoSignal: "dropped unless distilled"}[rl.DropFlat], src(rl.DropFlat == "", "verl"))
 	add("skill mode %s%s, critical steps %s%s (K %d)", c.SkillMode, src(c.SkillMode == string(skills.EpisodeOnly), "public code"),
 		c.CriticalSteps, src(c.CriticalSteps == CriticalLLM, "public code"), c.MaxStepSkills)
 	if c.UsesSFT() {

@@ -249,11 +249,18 @@ func TestDropFlatIsTheSameForEveryMethod(t *testing.T) {
 		{ID: "chat-flat", Train: []bool{false, true, true}, Advantages: []float32{0, 0, 0}},
 	}
 	var ids []string
-	for _, r := range dropFlat(rows) {
+	for _, r := range dropFlat(slices.Clone(rows), false) {
 		ids = append(ids, r.ID)
 	}
 	if strings.Join(ids, ",") != "adv,chat-mixed" {
 		t.Fatalf("kept %v, want adv and chat-mixed", ids)
+	}
+	ids = nil
+	for _, r := range dropFlat(rows, true) {
+		ids = append(ids, r.ID)
+	}
+	if strings.Join(ids, ",") != "adv,distilled,chat-mixed" {
+		t.Fatalf("legacy rule kept %v, want adv, distilled and chat-mixed", ids)
 	}
 	tm, zero := advantageFigures([]Row{{Train: tr, Advantage: 1}, {Train: []bool{false, true, true}, Advantages: []float32{0, -1, -1}}})
 	if math.Abs(tm+1.0/3) > 1e-9 || zero != 0 {

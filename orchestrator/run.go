@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -816,9 +817,9 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, sks ma
 			fillTeacher(&rows[p.row], p.pair, lps[i])
 		}
 	}
-	if r.cfg.RL.DropFlat {
+	if r.cfg.RL.DropFlat != "" {
 		n := len(rows)
-		rows = dropFlat(rows)
+		rows = dropFlat(rows, r.cfg.RL.DropFlat == DropNoSignal)
 		vals["flat_rows_dropped"] = float64(n - len(rows))
 	}
 	vals["adv_token_mean"], vals["zero_adv_row_share"] = advantageFigures(rows)
@@ -993,11 +994,13 @@ func advantageFigures(rows []Row) (tokenMean, zeroRows float64) {
 }
 
 // dropFlat keeps the rows with a nonzero advantage somewhere (in place),
-// whatever the method: GRPO and SEED lose the same rows.
-func dropFlat(rows []Row) []Row {
+// whatever the method, so GRPO and SEED lose the same rows; with
+// keepDistilled, rows with a distilled token are kept too (the legacy
+// update's asymmetric rule).
+func dropFlat(rows []Row, keepDistilled bool) []Row {
 	kept := rows[:0]
 	for i := range rows {
-		if !rows[i].flat() {
+		if !rows[i].flat() || (keepDistilled && slices.Contains(rows[i].Distill, true)) {
 			kept = append(kept, rows[i])
 		}
 	}

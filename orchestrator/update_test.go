@@ -301,3 +301,28 @@ func TestEvalProtocol(t *testing.T) {
 		t.Errorf("training rollout config changed: %+v", tr)
 	}
 }
+
+// The legacy update is reachable by name and valid; switching back gives
+// the default's update.
+func TestUseUpdate(t *testing.T) {
+	cfg := validConfig()
+	if err := cfg.UseUpdate(UpdateLegacy); err != nil {
+		t.Fatal(err)
+	}
+	rl := cfg.RL
+	if rl.Advantage != AdvTrajectory || rl.RewardScale != 1 || cfg.Rollout.InvalidPenalty != 0 || rl.MiniBatchRows != 0 || rl.MiniBatches != 1 || rl.ClipRatioC != 0 || rl.EntropyCoef != 0 || rl.DropFlat != DropNoSignal {
+		t.Errorf("legacy update %+v", rl)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("legacy update invalid: %v", err)
+	}
+	if err := cfg.UseUpdate(UpdatePublic); err != nil {
+		t.Fatal(err)
+	}
+	if d := validConfig(); fmt.Sprint(cfg.RL) != fmt.Sprint(d.RL) || cfg.Rollout.InvalidPenalty != d.Rollout.InvalidPenalty {
+		t.Errorf("public update %+v, want the default's %+v", cfg.RL, d.RL)
+	}
+	if cfg.UseUpdate("fancy") == nil {
+		t.Error("unknown update accepted")
+	}
+}

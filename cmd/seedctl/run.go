@@ -112,6 +112,7 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "stage1-episodes", Usage: "trajectories analyzed for stage 1"},
 			&cli.Float64Flag{Name: "lr", Usage: "stage-2 learning rate"},
 			&cli.IntFlag{Name: "max-steps", Usage: "episode step limit (training and eval)"},
+			&cli.StringFlag{Name: "update", Usage: "stage-2 update: public (the public SEED code's, the default) or legacy (seedctl's before it: trajectory returns, one step per iteration; to compare)"},
 			envOptFlag(),
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "trainer device: cpu or cuda"},
 		},
@@ -194,6 +195,11 @@ func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) error {
 	}
 	if v := c.Int("max-steps"); v > 0 {
 		cfg.Env.MaxSteps = v
+	}
+	if v := c.String("update"); v != "" {
+		if err := cfg.UseUpdate(v); err != nil {
+			return err
+		}
 	}
 	return nil
 }
