@@ -1,11 +1,15 @@
 package agentgym
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +19,7 @@ import (
 
 	"github.com/seedctl/seedctl/envadapters"
 	"github.com/seedctl/seedctl/envadapters/household"
+	_ "github.com/seedctl/seedctl/envadapters/webshop"
 )
 
 func householdServer(t *testing.T) *httptest.Server {
@@ -269,7 +274,7 @@ func TestSciWorldFlavor(t *testing.T) {
 			w.Write([]byte(`{"id": 2}`))
 		case "/reset":
 			json.Unmarshal(body, &resetBody)
-			w.Write([]byte(`{"observation": "This room is called the kitchen.", "available_actions": ["look around", "open door"]}`))
+			w.Write([]byte(`{"observation": "This room is called the kitchen.", "task_description": "Your task is to boil water.", "available_actions": ["look around", "open door"]}`))
 		case "/step":
 			w.Write([]byte(`{"observation": "You boil the water.", "reward": 1, "score": 100, "done": true}`))
 		}
@@ -278,7 +283,7 @@ func TestSciWorldFlavor(t *testing.T) {
 	c, _ := New(DefaultConfig(hs.URL, SciWorld))
 	ctx := context.Background()
 	st, err := c.Reset(ctx, envadapters.Task{Index: 4})
-	if err != nil || st.Observation != "This room is called the kitchen." || len(st.Admissible) != 2 {
+	if err != nil || st.Observation != "Your task is to boil water.\nThis room is called the kitchen." || len(st.Admissible) != 2 {
 		t.Fatalf("reset %+v %v", st, err)
 	}
 	if resetBody["id"] != float64(2) || resetBody["data_idx"] != float64(4) {
@@ -287,5 +292,156 @@ func TestSciWorldFlavor(t *testing.T) {
 	st, err = c.Step(ctx, "boil water")
 	if err != nil || !st.Done || !st.Won || st.Score != 100 {
 		t.Fatalf("step %+v %v", st, err)
+	}
+}
+
+type exchange struct {
+	Method   string          `json:"method"`
+	Path     string          `json:"path"`
+	Body     json.RawMessage `json:"body"`
+	Response json.RawMessage `json:"response"`
+}
+
+func webshopExchanges(t *testing.T) []exchange {
+	t.Helper()
+	b, err := os.ReadFile("testdata/webshop_exchange.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Exchanges []exchange `json:"exchanges"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	return f.Exchanges
+}
+
+// kind describes a JSON value's shape: its type, and an object's keys
+// with their shapes (values may differ, shapes may not).
+func kind(raw json.RawMessage) string {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "invalid"
+	}
+	var walk func(v any) string
+	walk = func(v any) string {
+		switch x := v.(type) {
+		case nil:
+			return "null"
+		case string:
+			return "string"
+		case float64:
+			return "number"
+		case bool:
+			return "bool"
+		case []any:
+			parts := make([]string, len(x))
+			for i, e := range x {
+				parts[i] = walk(e)
+			}
+			if len(parts) > 2 { // lists of one kind: the first two say it
+				parts = parts[:2]
+			}
+			return "[" + strings.Join(parts, ",") + "]"
+		case map[string]any:
+			keys := make([]string, 0, len(x))
+			for k := range x {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for i, k := range keys {
+				keys[i] = k + ":" + walk(x[k])
+			}
+			return "{" + strings.Join(keys, ",") + "}"
+		}
+		return "?"
+	}
+	return walk(v)
+}
+
+// seedctl's client against AgentGym's WebShop server dialect: the bare
+// integer of /create, reset's [observation, null], the state of /step.
+func TestClientSpeaksAgentGymWebShop(t *testing.T) {
+	ex := webshopExchanges(t)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		path := r.URL.Path
+		if r.URL.RawQuery != "" {
+			path += "?" + r.URL.RawQuery
+		}
+		for _, e := range ex {
+			if e.Method == r.Method && e.Path == path && (e.Body == nil || kind(e.Body) == kind(body)) {
+				w.Write(e.Response)
+				return
+			}
+		}
+		w.Write([]byte(`{"error": "unexpected request"}`))
+		t.Errorf("unexpected request %s %s %s", r.Method, path, body)
+	}))
+	defer hs.Close()
+	c, _ := New(DefaultConfig(hs.URL, WebShop))
+	ctx := context.Background()
+	st, err := c.Reset(ctx, envadapters.Task{Index: 3})
+	if err != nil || !strings.Contains(st.Observation, "red cotton shirt") || strings.Join(st.Admissible, "|") != "search[<your query>]|click[search]" {
+		t.Fatalf("reset %+v %v", st, err)
+	}
+	st, err = c.Step(ctx, "search[red cotton shirt]")
+	if err != nil || st.Done || !strings.Contains(st.Observation, "B09ABC") {
+		t.Fatalf("step %+v %v", st, err)
+	}
+	if obs, err := c.observation(ctx); err != nil || !strings.Contains(obs, "Red Cotton Shirt") {
+		t.Errorf("bare-string observation: %q %v", obs, err)
+	}
+}
+
+// seedctl env serve in the WebShop dialect answers AgentGym's WebShop
+// client with the shapes that client reads, and our own client plays a
+// whole episode against it.
+func TestServerSpeaksAgentGymWebShop(t *testing.T) {
+	b, err := envadapters.Lookup("webshop")
+	if err != nil {
+		t.Skip("webshop not registered in this test binary")
+	}
+	s, err := NewServer(b, envadapters.Train, nil, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	for _, e := range webshopExchanges(t) {
+		var resp *http.Response
+		if e.Method == "GET" {
+			resp, err = http.Get(hs.URL + e.Path)
+		} else {
+			resp, err = http.Post(hs.URL+e.Path, "application/json", bytes.NewReader(e.Body))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if kind(got) != kind(e.Response) {
+			t.Errorf("%s %s: answer %s has shape %s, AgentGym's %s", e.Method, e.Path, got, kind(got), kind(e.Response))
+		}
+	}
+	// A step after the episode ended is an error, as AgentGym's servers answer.
+	c, _ := New(DefaultConfig(hs.URL, WebShop))
+	ctx := context.Background()
+	st, err := c.Reset(ctx, envadapters.Task{Index: 1})
+	if err != nil || st.Observation == "" || len(st.Admissible) == 0 {
+		t.Fatalf("reset %+v %v", st, err)
+	}
+	for i := 0; i < 30 && !st.Done; i++ {
+		if st, err = c.Step(ctx, st.Admissible[len(st.Admissible)-1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !st.Done {
+		t.Skip("episode did not end in 30 steps")
+	}
+	raw := postJSON(t, hs.URL+"/step", fmt.Sprintf(`{"env_idx": %d, "action": "click[buy now]"}`, *c.id))
+	if raw["error"] == nil {
+		t.Errorf("a step after the end answered %v, want an error", raw)
 	}
 }

@@ -148,6 +148,24 @@ type stepReply struct {
 	Done             bool     `json:"done"`
 	AvailableActions any      `json:"available_actions"`
 	TaskType         string   `json:"task_type"`
+	TaskDescription  string   `json:"task_description"`
+}
+
+// resetReply reads /reset's answer: an object, or the WebShop server's
+// [observation, info] pair.
+func resetReply(raw json.RawMessage) (stepReply, error) {
+	var r stepReply
+	if err := json.Unmarshal(raw, &r); err == nil {
+		return r, nil
+	}
+	var pair []json.RawMessage
+	if err := json.Unmarshal(raw, &pair); err != nil || len(pair) == 0 {
+		return r, fmt.Errorf("/reset answered %s: want an object or [observation, info]: %w", truncate(raw), ErrEnvServer)
+	}
+	if err := json.Unmarshal(pair[0], &r.Observation); err != nil {
+		return r, fmt.Errorf("/reset answered %s: the observation is not a string: %w", truncate(raw), ErrEnvServer)
+	}
+	return r, nil
 }
 
 func (r stepReply) text() string {
@@ -203,13 +221,23 @@ func (c *Client) Reset(ctx context.Context, task envadapters.Task) (envadapters.
 	case WebShop:
 		body["session_id"] = task.Index
 	}
-	var r stepReply
-	if err := c.call(ctx, "POST", "/reset", body, &r); err != nil {
+	var raw json.RawMessage
+	if err := c.call(ctx, "POST", "/reset", body, &raw); err != nil {
+		return envadapters.Step{}, fmt.Errorf("agentgym: resetting to task %d: %w", task.Index, err)
+	}
+	r, err := resetReply(raw)
+	if err != nil {
 		return envadapters.Step{}, fmt.Errorf("agentgym: resetting to task %d: %w", task.Index, err)
 	}
 	st := envadapters.Step{Observation: r.text(), Admissible: actions(r.AvailableActions)}
+	// SciWorld states the task beside the observation; the policy must see it.
+	if d := strings.TrimSpace(r.TaskDescription); d != "" && !strings.Contains(st.Observation, d) {
+		st.Observation = strings.TrimSpace(d + "\n" + st.Observation)
+	}
 	if c.cfg.Flavor == WebShop && st.Observation == "" {
-		st.Observation = c.observation(ctx)
+		if st.Observation, err = c.observation(ctx); err != nil {
+			return envadapters.Step{}, fmt.Errorf("agentgym: reading the observation of task %d: %w", task.Index, err)
+		}
 	}
 	if c.cfg.Flavor == WebShop {
 		st.Admissible = c.webshopActions(ctx)
@@ -218,14 +246,24 @@ func (c *Client) Reset(ctx context.Context, task envadapters.Task) (envadapters.
 	return st, nil
 }
 
-func (c *Client) observation(ctx context.Context) string {
+// observation reads GET /observation: a bare string (WebShop's server) or
+// {"observation": ...}.
+func (c *Client) observation(ctx context.Context) (string, error) {
+	var raw json.RawMessage
+	if err := c.call(ctx, "GET", fmt.Sprintf("/observation?%s=%d", c.idKey(), *c.id), nil, &raw); err != nil {
+		return "", err
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
 	var r struct {
-		Observation string `json:"observation"`
+		Observation *string `json:"observation"`
 	}
-	if err := c.call(ctx, "GET", fmt.Sprintf("/observation?%s=%d", c.idKey(), *c.id), nil, &r); err != nil {
-		return ""
+	if err := json.Unmarshal(raw, &r); err != nil || r.Observation == nil {
+		return "", fmt.Errorf("/observation answered %s: want a string or {\"observation\"}: %w", truncate(raw), ErrEnvServer)
 	}
-	return r.Observation
+	return *r.Observation, nil
 }
 
 func (c *Client) webshopActions(ctx context.Context) []string {

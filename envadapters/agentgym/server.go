@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -14,11 +15,21 @@ import (
 	"github.com/seedctl/seedctl/envadapters"
 )
 
-// Server exposes a built-in environment over AgentGym's ALFWorld-style
-// protocol: POST /create, /reset {id, game, world_type}, /step {id, action},
-// /close {id}; GET /observation?id=, /available_actions?id=. As AgentGym
-// does, errors come back as {"error": "..."} with HTTP 200.
+// Server exposes a built-in environment over AgentGym's protocol, in the
+// dialect of the AgentGym server its clients expect. ALFWorld's (and
+// SciWorld's data_idx): POST /create → {"id"}, /reset {id, game,
+// world_type} → {"id", "observation", "available_actions", "task_type"},
+// /step {id, action} → {"observation", "reward", "available_actions",
+// "done"}, /close {id}; GET /observation?id=, /available_actions?id=.
+// WebShop's: POST /create → a bare integer, /reset {env_idx, session_id} →
+// [observation, null], /step {env_idx, action} → {"state", "reward",
+// "done", "info"}; GET /observation?env_idx= → a bare string,
+// /available_actions?env_idx= → {"has_search_bar", "clickables"},
+// /instruction_text?env_idx=, /detail?env_idx=. As AgentGym does, errors
+// come back as {"error": "..."} with HTTP 200, a step after the episode
+// ended included.
 type Server struct {
+	dialect string // ALFWorld or WebShop
 	b       envadapters.Builtin
 	split   envadapters.Split
 	opts    envadapters.Options
@@ -31,22 +42,41 @@ type Server struct {
 }
 
 type slot struct {
-	mu   sync.Mutex
-	env  envadapters.Env
-	last envadapters.Step
-	task envadapters.Task
-	set  bool
+	mu    sync.Mutex
+	env   envadapters.Env
+	last  envadapters.Step
+	task  envadapters.Task
+	set   bool
+	steps int
 }
 
-// NewServer serves tasks of split from b; game N is task N of the split.
+// DialectFor is the dialect AgentGym's clients expect for a built-in: the
+// WebShop server's for webshop, ALFWorld's for the others.
+func DialectFor(env string) string {
+	if env == "webshop" {
+		return WebShop
+	}
+	return ALFWorld
+}
+
+// NewServer serves tasks of split from b in the dialect DialectFor(b.Name());
+// game (or session) N is task N of the split.
 func NewServer(b envadapters.Builtin, split envadapters.Split, opts envadapters.Options, log zerolog.Logger) (*Server, error) {
+	return NewServerDialect(b, split, opts, DialectFor(b.Name()), log)
+}
+
+// NewServerDialect is NewServer in a chosen dialect (ALFWorld or WebShop).
+func NewServerDialect(b envadapters.Builtin, split envadapters.Split, opts envadapters.Options, dialect string, log zerolog.Logger) (*Server, error) {
+	if dialect != ALFWorld && dialect != WebShop {
+		return nil, fmt.Errorf("agentgym server: dialect %q: want %s or %s", dialect, ALFWorld, WebShop)
+	}
 	if b.SplitSize(split) == 0 {
 		return nil, fmt.Errorf("agentgym server: %s has no split %q", b.Name(), split)
 	}
 	if _, err := b.New(opts); err != nil { // validates the options once
 		return nil, err
 	}
-	return &Server{b: b, split: split, opts: opts, maxEnvs: 4096, log: log, envs: map[int]*slot{}}, nil
+	return &Server{dialect: dialect, b: b, split: split, opts: opts, maxEnvs: 4096, log: log, envs: map[int]*slot{}}, nil
 }
 
 // Handler routes the protocol.
@@ -65,6 +95,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /close", s.close)
 	mux.HandleFunc("GET /observation", s.observation)
 	mux.HandleFunc("GET /available_actions", s.available)
+	mux.HandleFunc("GET /instruction_text", s.instruction)
+	mux.HandleFunc("GET /detail", s.detail)
 	return mux
 }
 
@@ -104,7 +136,25 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	s.next++
 	s.envs[id] = &slot{env: env}
 	s.mu.Unlock()
+	if s.dialect == WebShop {
+		reply(w, id)
+		return
+	}
 	reply(w, map[string]any{"id": id})
+}
+
+// envID reads the environment id of a request body: "id", or WebShop's
+// "env_idx".
+type envID struct {
+	ID     *int `json:"id"`
+	EnvIdx *int `json:"env_idx"`
+}
+
+func (e envID) get() *int {
+	if e.ID != nil {
+		return e.ID
+	}
+	return e.EnvIdx
 }
 
 func (s *Server) slotFor(w http.ResponseWriter, id *int) *slot {
@@ -123,22 +173,30 @@ func (s *Server) slotFor(w http.ResponseWriter, id *int) *slot {
 
 func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		ID        *int   `json:"id"`
-		Game      *int   `json:"game"`
-		DataIdx   *int   `json:"data_idx"`
-		WorldType string `json:"world_type"`
+		envID
+		Game      *int    `json:"game"`
+		DataIdx   *int    `json:"data_idx"`
+		SessionID *int    `json:"session_id"`
+		WorldType *string `json:"world_type"`
 	}
 	if err := readBody(r, &req); err != nil {
 		fail(w, "malformed JSON: %v", err)
 		return
 	}
-	sl := s.slotFor(w, req.ID)
+	sl := s.slotFor(w, req.get())
 	if sl == nil {
 		return
 	}
+	// AgentGym's ALFWorld server plays text worlds only.
+	if req.WorldType != nil && *req.WorldType != "Text" {
+		fail(w, "world_type %q is not supported; use \"Text\"", *req.WorldType)
+		return
+	}
 	game := req.Game
-	if game == nil {
-		game = req.DataIdx
+	for _, alt := range []*int{req.DataIdx, req.SessionID} {
+		if game == nil {
+			game = alt
+		}
 	}
 	if game == nil || *game < 0 || *game >= s.b.SplitSize(s.split) {
 		fail(w, "game must be in [0, %d)", s.b.SplitSize(s.split))
@@ -157,8 +215,12 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 		fail(w, "reset: %v", err)
 		return
 	}
-	sl.last, sl.task, sl.set = st, task, true
-	reply(w, map[string]any{"observation": st.Observation, "available_actions": orEmpty(st.Admissible), "task_type": task.Family})
+	sl.last, sl.task, sl.set, sl.steps = st, task, true, 0
+	if s.dialect == WebShop {
+		reply(w, []any{st.Observation, nil})
+		return
+	}
+	reply(w, map[string]any{"id": *req.get(), "observation": st.Observation, "available_actions": orEmpty(st.Admissible), "task_type": task.Family})
 }
 
 func orEmpty(xs []string) []string {
@@ -170,14 +232,14 @@ func orEmpty(xs []string) []string {
 
 func (s *Server) step(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		ID     *int    `json:"id"`
+		envID
 		Action *string `json:"action"`
 	}
 	if err := readBody(r, &req); err != nil {
 		fail(w, "malformed JSON: %v", err)
 		return
 	}
-	sl := s.slotFor(w, req.ID)
+	sl := s.slotFor(w, req.get())
 	if sl == nil {
 		return
 	}
@@ -188,7 +250,11 @@ func (s *Server) step(w http.ResponseWriter, r *http.Request) {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	if !sl.set {
-		fail(w, "environment %d has not been reset", *req.ID)
+		fail(w, "environment %d has not been reset", *req.get())
+		return
+	}
+	if sl.last.Done {
+		fail(w, "environment %d: the episode is over; reset it", *req.get())
 		return
 	}
 	st, err := sl.env.Step(context.WithoutCancel(r.Context()), *req.Action)
@@ -197,32 +263,39 @@ func (s *Server) step(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sl.last = st
+	sl.steps++
+	if s.dialect == WebShop {
+		reply(w, map[string]any{"state": st.Observation, "reward": st.Reward, "done": st.Done, "info": nil})
+		return
+	}
 	reply(w, map[string]any{"observation": st.Observation, "reward": st.Reward, "available_actions": orEmpty(st.Admissible), "done": st.Done})
 }
 
 func (s *Server) close(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		ID *int `json:"id"`
-	}
+	var req envID
 	if err := readBody(r, &req); err != nil {
 		fail(w, "malformed JSON: %v", err)
 		return
 	}
-	sl := s.slotFor(w, req.ID)
+	sl := s.slotFor(w, req.get())
 	if sl == nil {
 		return
 	}
 	s.mu.Lock()
-	delete(s.envs, *req.ID)
+	delete(s.envs, *req.get())
 	s.mu.Unlock()
 	sl.env.Close()
 	reply(w, map[string]any{"closed": true})
 }
 
 func (s *Server) queryID(w http.ResponseWriter, r *http.Request) *slot {
-	v, err := strconv.Atoi(r.URL.Query().Get("id"))
+	q := r.URL.Query().Get("id")
+	if q == "" {
+		q = r.URL.Query().Get("env_idx")
+	}
+	v, err := strconv.Atoi(q)
 	if err != nil {
-		fail(w, "id must be an integer")
+		fail(w, "id (or env_idx) must be an integer")
 		return nil
 	}
 	return s.slotFor(w, &v)
@@ -232,6 +305,10 @@ func (s *Server) observation(w http.ResponseWriter, r *http.Request) {
 	if sl := s.queryID(w, r); sl != nil {
 		sl.mu.Lock()
 		defer sl.mu.Unlock()
+		if s.dialect == WebShop {
+			reply(w, sl.last.Observation)
+			return
+		}
 		reply(w, map[string]any{"observation": sl.last.Observation})
 	}
 }
@@ -240,6 +317,47 @@ func (s *Server) available(w http.ResponseWriter, r *http.Request) {
 	if sl := s.queryID(w, r); sl != nil {
 		sl.mu.Lock()
 		defer sl.mu.Unlock()
+		if s.dialect == WebShop {
+			reply(w, webshopAvailable(sl.last.Admissible))
+			return
+		}
 		reply(w, map[string]any{"available_actions": orEmpty(sl.last.Admissible)})
+	}
+}
+
+// webshopAvailable is WebShop's {"has_search_bar", "clickables"} form of
+// admissible actions written search[...] and click[...]; as in WebShop, a
+// page with the search bar lists its "search" button as a clickable.
+func webshopAvailable(adm []string) map[string]any {
+	search, clicks := false, []string{}
+	for _, a := range adm {
+		switch {
+		case strings.HasPrefix(a, "search["):
+			if !search {
+				clicks = append(clicks, "search")
+			}
+			search = true
+		case strings.HasPrefix(a, "click[") && strings.HasSuffix(a, "]"):
+			clicks = append(clicks, a[len("click["):len(a)-1])
+		}
+	}
+	return map[string]any{"has_search_bar": search, "clickables": clicks}
+}
+
+// instruction is WebShop's /instruction_text: the task's goal, bare.
+func (s *Server) instruction(w http.ResponseWriter, r *http.Request) {
+	if sl := s.queryID(w, r); sl != nil {
+		sl.mu.Lock()
+		defer sl.mu.Unlock()
+		reply(w, sl.task.Goal)
+	}
+}
+
+// detail describes one environment's state.
+func (s *Server) detail(w http.ResponseWriter, r *http.Request) {
+	if sl := s.queryID(w, r); sl != nil {
+		sl.mu.Lock()
+		defer sl.mu.Unlock()
+		reply(w, map[string]any{"task": sl.task.ID, "goal": sl.task.Goal, "steps": sl.steps, "done": sl.last.Done, "reward": sl.last.Reward, "reset": sl.set})
 	}
 }
