@@ -97,6 +97,72 @@ func (f *fakeServer) completion(w http.ResponseWriter, body map[string]any) {
 	json.NewEncoder(w).Encode(map[string]any{"choices": choices, "usage": map[string]any{"prompt_tokens_details": map[string]any{"cached_tokens": 2}}})
 }
 
+// SGLang's /generate fields (GenerateReqInput) and sampling parameters
+// (SamplingParams), from its sampling_params reference: a request with
+// any other field is refused, as SGLang's dataclasses refuse them.
+var (
+	sglangFields   = map[string]bool{"text": true, "input_ids": true, "input_embeds": true, "image_data": true, "sampling_params": true, "rid": true, "return_logprob": true, "logprob_start_len": true, "top_logprobs_num": true, "return_text_in_logprobs": true, "stream": true, "lora_path": true}
+	sglangSampling = map[string]bool{"max_new_tokens": true, "stop": true, "stop_token_ids": true, "temperature": true, "top_p": true, "top_k": true, "min_p": true, "frequency_penalty": true, "presence_penalty": true, "repetition_penalty": true, "min_new_tokens": true, "ignore_eos": true, "skip_special_tokens": true, "no_stop_trim": true, "n": true}
+)
+
+// generate answers SGLang's /generate like SGLang: generation samples
+// 7, 8, 9 at log-prob -0.5; with logprob_start_len 0 every prompt token
+// gets a log-prob (null for the first; -1, or -2 once published and not
+// stale); a batch of input_ids gets a list of answers.
+func (f *fakeServer) generate(w http.ResponseWriter, body map[string]any) {
+	for k := range body {
+		if !sglangFields[k] {
+			w.WriteHeader(400)
+			fmt.Fprintf(w, `{"error": {"message": "GenerateReqInput has no field %s"}}`, k)
+			return
+		}
+	}
+	sp, _ := body["sampling_params"].(map[string]any)
+	for k := range sp {
+		if !sglangSampling[k] {
+			w.WriteHeader(400)
+			fmt.Fprintf(w, `{"error": {"message": "SamplingParams has no field %s"}}`, k)
+			return
+		}
+	}
+	one := func(p []any) map[string]any {
+		meta := map[string]any{"finish_reason": map[string]any{"type": "length", "length": 3}, "cached_tokens": 2, "prompt_tokens": len(p)}
+		var out [][]any
+		for _, id := range []int{7, 8, 9} {
+			out = append(out, []any{-0.5, id, nil})
+		}
+		meta["output_token_logprobs"] = out
+		if start, _ := body["logprob_start_len"].(float64); start == 0 {
+			v := -1.0
+			if f.published && !f.stale {
+				v = -2.0
+			}
+			var in [][]any
+			for k, id := range p {
+				if k == 0 {
+					in = append(in, []any{nil, id, nil})
+				} else {
+					in = append(in, []any{v, id, nil})
+				}
+			}
+			meta["input_token_logprobs"] = in
+		}
+		return map[string]any{"text": "abc", "output_ids": []int{7, 8, 9}, "meta_info": meta}
+	}
+	ids, _ := body["input_ids"].([]any)
+	if len(ids) > 0 {
+		if _, nested := ids[0].([]any); nested {
+			var outs []map[string]any
+			for _, p := range ids {
+				outs = append(outs, one(p.([]any)))
+			}
+			json.NewEncoder(w).Encode(outs)
+			return
+		}
+	}
+	json.NewEncoder(w).Encode(one(ids))
+}
+
 func (f *fakeServer) handle(w http.ResponseWriter, r *http.Request) {
 	raw, _ := io.ReadAll(r.Body)
 	path := r.URL.Path
@@ -121,6 +187,8 @@ func (f *fakeServer) handle(w http.ResponseWriter, r *http.Request) {
 	case "/health":
 	case "/v1/completions":
 		f.completion(w, body)
+	case "/generate":
+		f.generate(w, body)
 	case "/update_weights_from_disk":
 		f.published = true
 		json.NewEncoder(w).Encode(map[string]any{"success": f.updateOK, "message": "ok or not"})
@@ -259,7 +327,7 @@ func TestSGLangPublishSequence(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"POST /release_memory_occupation {}",
+		`POST /release_memory_occupation {"tags":["kv_cache","weights"]}`,
 		`POST /resume_memory_occupation {"tags":["weights"]}`,
 		`POST /update_weights_from_disk {"flush_cache":true,"model_path":"/ckpt/7","weight_version":"7"}`,
 		`POST /resume_memory_occupation {"tags":["kv_cache"]}`,
@@ -280,15 +348,15 @@ func TestRetriesAndErrors(t *testing.T) {
 	b, _ := NewRemote(cfg, testLog(t))
 	ctx := context.Background()
 
-	f.failPath, f.failStatus, f.failN = "/v1/completions", 503, 2
+	f.failPath, f.failStatus, f.failN = "/generate", 503, 2
 	if _, err := b.Generate(ctx, []GenRequest{{Prompt: []int{1}, MaxTokens: 3}}); err != nil {
 		t.Fatalf("two 503s then success: %v", err)
 	}
-	f.failPath, f.failStatus, f.failN = "/v1/completions", 429, 1
+	f.failPath, f.failStatus, f.failN = "/generate", 429, 1
 	if _, err := b.Generate(ctx, []GenRequest{{Prompt: []int{1}, MaxTokens: 3}}); err != nil {
 		t.Fatalf("a 429 then success: %v", err)
 	}
-	f.failPath, f.failStatus, f.failN = "/v1/completions", 400, 5
+	f.failPath, f.failStatus, f.failN = "/generate", 400, 5
 	n := len(f.log())
 	_, err := b.Generate(ctx, []GenRequest{{Prompt: []int{1}, MaxTokens: 3}})
 	if err == nil || !strings.Contains(err.Error(), "injected failure 400") || len(f.log()) != n+1 {
@@ -337,5 +405,36 @@ func TestConfigValidate(t *testing.T) {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%+v accepted", c)
 		}
+	}
+}
+
+// The SGLang backend speaks SGLang's native /generate: token ids in, the
+// sampled ids and log-probs from meta_info out, and teacher-forced
+// scoring through logprob_start_len 0 (its OpenAI endpoint has no
+// return_tokens_as_token_ids). The fake refuses any field SGLang lacks.
+func TestSGLangNativeGenerateAndScore(t *testing.T) {
+	f := newFake(t)
+	cfg := DefaultConfig("sglang")
+	cfg.BaseURL = f.srv.URL
+	b, _ := NewRemote(cfg, testLog(t))
+	ctx := context.Background()
+	seed := int64(3)
+	res, err := b.Generate(ctx, []GenRequest{{Prompt: []int{1, 2}, MaxTokens: 3, Temperature: 1, TopP: 0.9, Seed: &seed, Stop: []string{"\n"}, StopTokenIDs: []int{5}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(res[0].IDs) != "[7 8 9]" || fmt.Sprint(res[0].LogProbs) != "[-0.5 -0.5 -0.5]" || res[0].FinishReason != "length" || res[0].CachedTokens != 2 {
+		t.Errorf("generation %+v", res[0])
+	}
+	lps, err := b.Score(ctx, [][]int{{4, 5, 6}, {7, 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !math.IsNaN(lps[0][0]) || lps[0][1] != -1 || lps[0][2] != -1 || len(lps[1]) != 2 || lps[1][1] != -1 {
+		t.Errorf("scores %v", lps)
+	}
+	log := strings.Join(f.log(), "\n")
+	if strings.Contains(log, "/v1/completions") || !strings.Contains(log, `"logprob_start_len":0`) || !strings.Contains(log, `"logprob_start_len":-1`) {
+		t.Errorf("calls:\n%s", log)
 	}
 }

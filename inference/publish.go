@@ -23,7 +23,7 @@ func NewRemote(cfg Config, log zerolog.Logger) (Backend, error) {
 	case "vllm":
 		return &vllmBackend{openAICompat: o}, nil
 	case "sglang":
-		return &sglangBackend{openAICompat: o}, nil
+		return &sglangBackend{openAICompat: o, native: true}, nil
 	}
 	return nil, fmt.Errorf("inference: NewRemote does not start %s servers; use NewEmbedded", cfg.Kind)
 }
@@ -32,6 +32,9 @@ func NewRemote(cfg Config, log zerolog.Logger) (Backend, error) {
 
 type sglangBackend struct {
 	*openAICompat
+	// native: a real SGLang server, reached through /generate for
+	// generation and scoring (the embedded server speaks /v1/completions).
+	native   bool
 	mu       sync.Mutex
 	released bool
 	stop     func() error // set when seedctl started the server
@@ -51,7 +54,9 @@ func (b *sglangBackend) Release(ctx context.Context) error {
 	if b.released {
 		return nil
 	}
-	if err := b.http.do(ctx, "POST", "/release_memory_occupation", map[string]any{}, nil); err != nil {
+	// Named tags: with none SGLang releases its CUDA graphs too, which
+	// Publish never resumes.
+	if err := b.http.do(ctx, "POST", "/release_memory_occupation", map[string]any{"tags": []string{"kv_cache", "weights"}}, nil); err != nil {
 		return fmt.Errorf("releasing the server's memory: %w", err)
 	}
 	b.released = true
