@@ -20,6 +20,11 @@ build:
 test:
     go test ./...
 
+# Fuzz the server's request decoder and the AgentGym server (DURATION each, e.g. 10m); their seed corpora run with every `just test`
+fuzz DURATION="1m":
+    go test ./inference/server -run '^$' -fuzz FuzzCompletionRequest -fuzztime {{DURATION}} -parallel 1
+    go test ./envadapters/agentgym -run '^$' -fuzz FuzzServer -fuzztime {{DURATION}} -parallel 1
+
 # gofmt check, go vet and the architecture test
 lint:
     #!/usr/bin/env bash

@@ -124,6 +124,43 @@ func (l *completionLogprobs) add(text string, lp *float64, top map[string]float6
 	l.TopLogprobs = append(l.TopLogprobs, top)
 }
 
+// completionLimits are what a completions request is checked against.
+type completionLimits struct {
+	tok       *tokenizer.Tokenizer
+	vocab     int
+	maxLen    int
+	sequences int // prompts × n
+}
+
+// validateCompletion checks a decoded completions request and returns its
+// prompts and generation parameters; every error is a 4xx naming the field.
+func validateCompletion(req *completionRequest, lim completionLimits) ([][]int, parsedGen, error) {
+	var p parsedGen
+	if req.PromptLogprobs != nil {
+		return nil, p, bad("prompt_logprobs", "prompt_logprobs is not supported; use echo with max_tokens 0 and logprobs 0")
+	}
+	if req.Logprobs != nil && (*req.Logprobs < 0 || *req.Logprobs > 20) {
+		return nil, p, bad("logprobs", "logprobs must be in [0, 20], got %d", *req.Logprobs)
+	}
+	prompts, err := parsePrompt(req.Prompt, lim.tok, lim.vocab, lim.sequences)
+	if err != nil {
+		return nil, p, err
+	}
+	if p, err = req.genParams.parse(16, lim.vocab); err != nil {
+		return nil, p, err
+	}
+	if len(prompts)*p.n > lim.sequences {
+		return nil, p, bad("n", "%d prompts × n=%d is more than the %d sequences one request may ask for", len(prompts), p.n, lim.sequences)
+	}
+	if err := checkLength(prompts, p.maxTokens, lim.maxLen); err != nil {
+		return nil, p, err
+	}
+	if req.Stream && req.Echo {
+		return nil, p, bad("echo", "echo is not supported with stream")
+	}
+	return prompts, p, nil
+}
+
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	var req completionRequest
 	if err := decodeBody(r, &req); err != nil {
@@ -135,36 +172,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	snap := s.eng.snap()
-	vocab := snap.model.Config().VocabSize
-	if req.PromptLogprobs != nil {
-		s.fail(w, bad("prompt_logprobs", "prompt_logprobs is not supported; use echo with max_tokens 0 and logprobs 0"))
-		return
-	}
-	if req.Logprobs != nil && (*req.Logprobs < 0 || *req.Logprobs > 20) {
-		s.fail(w, bad("logprobs", "logprobs must be in [0, 20], got %d", *req.Logprobs))
-		return
-	}
-	limit := s.eng.maxSequences()
-	prompts, err := parsePrompt(req.Prompt, snap.tok, vocab, limit)
+	prompts, p, err := validateCompletion(&req, completionLimits{tok: snap.tok, vocab: snap.model.Config().VocabSize, maxLen: snap.maxLen, sequences: s.eng.maxSequences()})
 	if err != nil {
 		s.fail(w, err)
-		return
-	}
-	p, err := req.genParams.parse(16, vocab)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	if len(prompts)*p.n > limit {
-		s.fail(w, bad("n", "%d prompts × n=%d is more than the %d sequences one request may ask for", len(prompts), p.n, limit))
-		return
-	}
-	if err := checkLength(prompts, p.maxTokens, snap.maxLen); err != nil {
-		s.fail(w, err)
-		return
-	}
-	if req.Stream && req.Echo {
-		s.fail(w, bad("echo", "echo is not supported with stream"))
 		return
 	}
 	top := 0

@@ -208,6 +208,11 @@ func decodeBody(r *http.Request, dst any) error {
 	if err != nil {
 		return bad("", "reading the request body: %v", err)
 	}
+	return unmarshalBody(body, dst)
+}
+
+// unmarshalBody decodes a request body read whole.
+func unmarshalBody(body []byte, dst any) error {
 	if len(body) > maxBodyBytes {
 		return bad("", "request body over %d bytes", maxBodyBytes)
 	}
