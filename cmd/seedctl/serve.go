@@ -26,6 +26,8 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "float32 or bfloat16"},
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda"},
 			&cli.StringFlag{Name: "weight-version", Value: "0", Usage: "version reported for the initial weights"},
+			&cli.IntFlag{Name: "max-sequences", Value: server.DefaultConfig("").MaxSequences, Usage: "most prompts × n one request may ask for"},
+			&cli.IntFlag{Name: "score-batch-tokens", Value: server.DefaultConfig("").ScoreBatchTokens, Usage: "padded tokens of one scoring forward (echo with logprobs)"},
 		},
 		Action: func(c *cli.Context) error {
 			log := logger(c)
@@ -35,6 +37,7 @@ func serveCommand() *cli.Command {
 			cfg.MaxBatch = c.Int("max-batch")
 			cfg.DType, cfg.Device = c.String("dtype"), c.String("device")
 			cfg.Version = c.String("weight-version")
+			cfg.MaxSequences, cfg.ScoreBatchTokens = c.Int("max-sequences"), c.Int("score-batch-tokens")
 			if env := c.String("api-key-env"); env != "" {
 				key, ok := os.LookupEnv(env)
 				if !ok || key == "" {
