@@ -52,6 +52,9 @@ type Config struct {
 	ScoreBatchTokens int
 	// MaxSequences bounds prompts × n of one request.
 	MaxSequences int
+	// ReadTimeout and IdleTimeout override the server's ReadTimeout and
+	// IdleTimeout (0: those).
+	ReadTimeout, IdleTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults for dir.

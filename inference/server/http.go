@@ -97,7 +97,14 @@ func (s *Server) Listen(addr string) error {
 	// Slow clients are cut: headers within 10 s, the whole body within
 	// ReadTimeout, idle keep-alive connections after IdleTimeout.
 	// Responses have no write deadline (streams may run long).
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: ReadTimeout, IdleTimeout: IdleTimeout}
+	rt, it := ReadTimeout, IdleTimeout
+	if c := s.eng.cfg; c.ReadTimeout > 0 {
+		rt = c.ReadTimeout
+	}
+	if c := s.eng.cfg; c.IdleTimeout > 0 {
+		it = c.IdleTimeout
+	}
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: min(10*time.Second, rt), ReadTimeout: rt, IdleTimeout: it}
 	return nil
 }
 

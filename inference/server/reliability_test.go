@@ -3,13 +3,18 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"sort"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // hostileRequests are bad requests that each once crashed the server, was
@@ -246,5 +251,62 @@ func TestSamplerFrequencies(t *testing.T) {
 		if f := float64(c) / draws; math.Abs(f-p) > 5*sd {
 			t.Errorf("token %d: frequency %.4f, probability %.4f (±%.4f)", i, f, p, sd)
 		}
+	}
+}
+
+// A client trickling its body, or idling on a keep-alive connection, is
+// cut off after the read or idle timeout instead of holding a connection
+// for ever.
+func TestSlowClientsAreCut(t *testing.T) {
+	dir := t.TempDir() + "/tiny"
+	writeTiny(t, dir, 1)
+	cfg := DefaultConfig(dir)
+	cfg.ReadTimeout, cfg.IdleTimeout = 500*time.Millisecond, 500*time.Millisecond
+	s, err := New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	defer s.Shutdown(context.Background())
+	closedWithin := func(conn net.Conn, d time.Duration) bool {
+		conn.SetReadDeadline(time.Now().Add(d))
+		buf := make([]byte, 4096)
+		for {
+			if _, err := conn.Read(buf); err != nil {
+				var ne net.Error
+				return !(errors.As(err, &ne) && ne.Timeout())
+			}
+		}
+	}
+	// Trickle: headers promise 1,000 bytes, one arrives per 100 ms.
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+	go func() {
+		for range 50 {
+			time.Sleep(100 * time.Millisecond)
+			if _, err := conn.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}()
+	if !closedWithin(conn, 4*time.Second) {
+		t.Error("a trickled body kept its connection open past the read timeout")
+	}
+	// Idle keep-alive: one request, then silence.
+	idle, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	fmt.Fprintf(idle, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+	if !closedWithin(idle, 4*time.Second) {
+		t.Error("an idle keep-alive connection stayed open past the idle timeout")
 	}
 }
