@@ -65,6 +65,7 @@ bench-throughput:
       go test ./trainer -run '^$' -bench MicroBatch -benchtime 3x
       go test ./trainer -run '^$' -bench BLASCore -benchtime 2x
       go test ./inference/server -run '^$' -bench Serve -benchtime 1x
+      go test ./inference/server -run '^$' -bench SampleQwenVocab -benchtime 20x
       go test ./envadapters/... -run '^$' -bench .
       go test ./rollout -run '^$' -bench RolloutOverhead; } | tee "$out"
     echo "written to $out"

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"math"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -308,5 +308,64 @@ func TestSlowClientsAreCut(t *testing.T) {
 	fmt.Fprintf(idle, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
 	if !closedWithin(idle, 4*time.Second) {
 		t.Error("an idle keep-alive connection stayed open past the idle timeout")
+	}
+}
+
+// fullSortSample is the sampler before: every token sorted by probability
+// at every step. Kept for the benchmark's side-by-side ratio.
+func fullSortSample(logits []float32, p samplingParams, rng *rand.Rand) int {
+	lp := logSoftmax(logits)
+	type cand struct {
+		id int
+		p  float64
+	}
+	cands := make([]cand, len(lp))
+	for i, l := range lp {
+		cands[i] = cand{i, math.Exp(l / p.Temperature)}
+	}
+	sort.Slice(cands, func(a, b int) bool {
+		if cands[a].p != cands[b].p {
+			return cands[a].p > cands[b].p
+		}
+		return cands[a].id < cands[b].id
+	})
+	r := rng.Float64()
+	for _, c := range cands {
+		r -= c.p
+		if r <= 0 {
+			return c.id
+		}
+	}
+	return cands[len(cands)-1].id
+}
+
+// BenchmarkSampleQwenVocab: one token from Qwen's 151,936-entry vocabulary,
+// greedy, at T=1 (one pass), at T=1 with top-p 0.9 (partial sort), and the
+// old full sort, side by side.
+func BenchmarkSampleQwenVocab(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	logits := make([]float32, 151936)
+	for i := range logits {
+		logits[i] = float32(rng.NormFloat64() * 3)
+	}
+	for _, c := range []struct {
+		name string
+		p    samplingParams
+		full bool
+	}{
+		{"greedy", samplingParams{Temperature: 0, TopP: 1}, false},
+		{"T1", samplingParams{Temperature: 1, TopP: 1}, false},
+		{"T1-topp0.9", samplingParams{Temperature: 1, TopP: 0.9}, false},
+		{"T1-full-sort-before", samplingParams{Temperature: 1, TopP: 1}, true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				if c.full {
+					fullSortSample(logits, c.p, rng)
+				} else {
+					sample(logits, c.p, rng)
+				}
+			}
+		})
 	}
 }
