@@ -97,6 +97,19 @@ if [[ ! -f "$NPM_STAMP" ]]; then
   touch "$NPM_STAMP"
 fi
 
+# ---- test references from PyPI ------------------------------------------------------
+# TensorBoard's own event reader checks the event files runs write. Debian
+# 12's python3 refuses system-wide pip installs (PEP 668); this is a test
+# dependency, so it goes in with --break-system-packages there.
+PY_TEST_PKGS=(tensorboard==2.21.0)
+if ! python3 -c 'import tensorboard' 2>/dev/null; then
+  say "installing test references from PyPI: ${PY_TEST_PKGS[*]}"
+  python3 -m pip --version >/dev/null 2>&1 || { $SUDO apt-get install -y -qq --no-install-recommends python3-pip >/dev/null; }
+  python3 -m pip install --quiet --disable-pip-version-check "${PY_TEST_PKGS[@]}" 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "${PY_TEST_PKGS[@]}" ||
+    die "pip could not install ${PY_TEST_PKGS[*]}"
+fi
+
 # ---- gotch and Go modules --------------------------------------------------------
 ./scripts/prepare-gotch.sh
 say "downloading Go modules"

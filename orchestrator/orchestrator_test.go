@@ -9,8 +9,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	_ "github.com/seedctl/seedctl/envadapters/household" // Validate asks built-ins to check their options
+	"github.com/seedctl/seedctl/internal/tfevents"
 	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/skills"
 )
@@ -414,5 +416,51 @@ func TestSelfAnalysisRepairFollowsConfig(t *testing.T) {
 	}
 	if Default().AnalysisRepair {
 		t.Error("the embedded default repairs analyses its tiny model never repaired")
+	}
+}
+
+// Every metrics line also lands in the run folder's TensorBoard event
+// file, every value at its iteration under its tag; a second process (a
+// resumed run) appends to the same file.
+func TestMetricsAreTensorBoardScalars(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "metrics.jsonl")
+	lines := []MetricsLine{
+		{Kind: "stage1", Iteration: 0, Time: time.Unix(1700000000, 0), Values: map[string]float64{"sft_loss": 0.75}},
+		{Kind: "eval", Iteration: 0, Split: "eval_seen", Time: time.Unix(1700000001, 0), Values: map[string]float64{"success": 0.16}, PerFamily: map[string]float64{"pick_and_place": 0.25}},
+		{Kind: "iteration", Iteration: 1, Time: time.Unix(1700000002, 0), Values: map[string]float64{"success": 0.125, "loss": -0.031, "gate_mean": 0.48}},
+	}
+	if err := appendMetrics(p, lines[:2]...); err != nil {
+		t.Fatal(err)
+	}
+	if err := appendMetrics(p, lines[2:]...); err != nil {
+		t.Fatal(err)
+	}
+	files := tfevents.Files(dir)
+	if len(files) != 1 {
+		t.Fatalf("%d event files", len(files))
+	}
+	evs, err := tfevents.Read(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1+len(lines) {
+		t.Fatalf("%d events for %d lines", len(evs), len(lines))
+	}
+	want := []map[string]float64{
+		{"stage1/sft_loss": 0.75},
+		{"eval_eval_seen/success": 0.16, "eval_eval_seen_family/pick_and_place": 0.25},
+		{"train/success": 0.125, "train/loss": -0.031, "train/gate_mean": 0.48},
+	}
+	for i, w := range want {
+		ev := evs[i+1]
+		if ev.Step != int64(lines[i].Iteration) || len(ev.Values) != len(w) {
+			t.Fatalf("event %d: step %d values %v, want %v", i, ev.Step, ev.Values, w)
+		}
+		for tag, v := range w {
+			if ev.Values[tag] != float32(v) {
+				t.Errorf("event %d %s = %v, want %v", i, tag, ev.Values[tag], float32(v))
+			}
+		}
 	}
 }

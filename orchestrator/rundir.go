@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/seedctl/seedctl/internal/tfevents"
 )
 
 // State is state.json: what a resumed run needs to continue. It is written
@@ -180,7 +182,44 @@ func appendMetrics(path string, lines ...MetricsLine) error {
 			return fmt.Errorf("appending metrics: %w", err)
 		}
 	}
-	return f.Sync()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("appending metrics: %w", err)
+	}
+	return writeScalars(filepath.Dir(path), lines)
+}
+
+// writeScalars puts metrics lines into the run folder's TensorBoard event
+// file (`tensorboard --logdir runs/` shows every run live): iteration
+// values as train/<name>, evaluations as eval_<split>/<name> (and
+// eval_<split>_family/<family>), stage 1 as stage1/<name>, each at its
+// iteration. A resumed run appends to the same file.
+func writeScalars(dir string, lines []MetricsLine) error {
+	w, err := tfevents.Open(dir)
+	if err != nil {
+		return err
+	}
+	for _, l := range lines {
+		prefix := "train"
+		switch l.Kind {
+		case "eval":
+			prefix = "eval_" + l.Split
+		case "iteration":
+		default:
+			prefix = l.Kind
+		}
+		vals := map[string]float64{}
+		for k, v := range l.Values {
+			vals[tfevents.Tag(prefix, k)] = v
+		}
+		for fam, v := range l.PerFamily {
+			vals[tfevents.Tag(prefix+"_family", fam)] = v
+		}
+		if err := w.Scalars(int64(l.Iteration), l.Time, vals); err != nil {
+			w.Close()
+			return err
+		}
+	}
+	return w.Close()
 }
 
 // trimMetrics keeps only lines of finished work (iterations ≤ done, and
