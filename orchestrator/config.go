@@ -45,16 +45,24 @@ type EnvConfig struct {
 	Kind string `json:"kind,omitempty"` // "builtin" (default) or "agentgym"
 	URL  string `json:"url,omitempty"`  // agentgym server
 	// SplitSizes gives remote environments' task counts per split.
-	SplitSizes map[string]int    `json:"split_sizes,omitempty"`
-	MaxSteps   int               `json:"max_steps,omitempty"`
-	Options    map[string]string `json:"options,omitempty"`
+	SplitSizes map[string]int `json:"split_sizes,omitempty"`
+	// MaxSteps is the episode step limit (training and eval unless
+	// eval.max_steps is set); 0: the environment's own.
+	MaxSteps int `json:"max_steps,omitempty"`
+	// Options are the built-in environment's own settings (seedctl run
+	// --env-opt K=V), checked by the environment.
+	Options map[string]string `json:"options,omitempty"`
 }
 
 // BackendConfig selects the inference server.
 type BackendConfig struct {
-	Kind      string `json:"kind"`               // embedded, vllm, sglang
-	BaseURL   string `json:"base_url,omitempty"` // running server (vllm/sglang)
-	Model     string `json:"served_model,omitempty"`
+	Kind    string `json:"kind"`               // embedded, vllm, sglang
+	BaseURL string `json:"base_url,omitempty"` // running server (vllm/sglang)
+	// Model is the served model id requests name (vLLM's
+	// --served-model-name).
+	Model string `json:"served_model,omitempty"`
+	// APIKeyEnv names the environment variable holding the server's key;
+	// the key itself never appears in configs or logs.
 	APIKeyEnv string `json:"api_key_env,omitempty"`
 	// Launch, when set, starts the server (vllm/sglang) under supervision
 	// with this command line; the checkpoint folder is appended as the model.
@@ -64,30 +72,42 @@ type BackendConfig struct {
 	// from: a scratch copy of the base checkpoint that each published
 	// checkpoint's weights are copied into. Never the base model's own
 	// folder, which publishing would overwrite.
-	ServedDir   string `json:"served_dir,omitempty"`
-	Colocated   bool   `json:"colocated,omitempty"`
-	MaxInFlight int    `json:"max_in_flight,omitempty"`
+	ServedDir string `json:"served_dir,omitempty"`
+	// Colocated: the server shares the trainer's GPUs, so its memory is
+	// released before each update and resumed with the new weights.
+	Colocated bool `json:"colocated,omitempty"`
+	// MaxInFlight bounds requests sent to the server at once (0: 64).
+	MaxInFlight int `json:"max_in_flight,omitempty"`
 }
 
 // AnalyzerConfig is the stage-1 analyzer.
 type AnalyzerConfig struct {
-	Kind      string `json:"kind"` // oracle (built-ins) or external
-	BaseURL   string `json:"base_url,omitempty"`
-	Model     string `json:"model,omitempty"`
+	Kind string `json:"kind"` // oracle (built-ins) or external
+	// BaseURL of an OpenAI-compatible chat endpoint (external).
+	BaseURL string `json:"base_url,omitempty"`
+	// Model the endpoint serves (e.g. gpt-4.1).
+	Model string `json:"model,omitempty"`
+	// APIKeyEnv names the environment variable holding the endpoint's key.
 	APIKeyEnv string `json:"api_key_env,omitempty"`
-	MaxTokens int    `json:"max_tokens,omitempty"`
+	// MaxTokens bounds each skill answer (at least 256 for external analyzers).
+	MaxTokens int `json:"max_tokens,omitempty"`
 }
 
 // Stage1Config is hindsight-skill SFT.
 type Stage1Config struct {
-	Episodes int            `json:"episodes"` // trajectories collected with the base policy
+	Episodes int            `json:"episodes"` // trajectories collected with the base policy (public code: 1,440 on ALFWorld)
 	Analyzer AnalyzerConfig `json:"analyzer"`
-	Epochs   float64        `json:"epochs"`
-	LR       float64        `json:"lr"`
-	// BatchTokens per optimizer step, MicroBatchTokens per forward.
-	BatchTokens      int `json:"batch_tokens"`
+	// Epochs over the stage-1 examples (public code: 3).
+	Epochs float64 `json:"epochs"`
+	// LR of stage 1's AdamW.
+	LR float64 `json:"lr"`
+	// BatchTokens per optimizer step.
+	BatchTokens int `json:"batch_tokens"`
+	// MicroBatchTokens bounds the padded tokens of one forward (rows of
+	// similar length are grouped).
 	MicroBatchTokens int `json:"micro_batch_tokens"`
-	MaxLen           int `json:"max_len"`
+	// MaxLen: longer stage-1 examples are skipped (and logged).
+	MaxLen int `json:"max_len"`
 	// ActingReplay adds this many of the collected trajectories' own
 	// turns (prompt → the policy's sampled reply) per skill example, so
 	// learning to write skills does not overwrite acting. Measured on the
@@ -152,13 +172,21 @@ const (
 
 // RLConfig is stage 2's loss and optimizer.
 type RLConfig struct {
-	Lambda      float64 `json:"lambda"`
-	Beta        float64 `json:"beta"`
-	KLCoef      float64 `json:"kl_coef"`
-	ClipEps     float64 `json:"clip_eps"`
-	LR          float64 `json:"lr"`
+	// Lambda is λ, the weight of the gated distillation loss (paper: 0.01).
+	Lambda float64 `json:"lambda"`
+	// Beta is β of the gate σ(β·Δ) (paper: 5).
+	Beta float64 `json:"beta"`
+	// KLCoef weighs the k3 KL to the frozen reference (paper: 0.01).
+	KLCoef float64 `json:"kl_coef"`
+	// ClipEps is PPO's ε (public code: 0.2).
+	ClipEps float64 `json:"clip_eps"`
+	// LR of stage 2's AdamW (paper: 1e-6 for 1.5B–7B models; the tiny
+	// household model: 3e-5, the largest measured to leave it intact).
+	LR float64 `json:"lr"`
+	// WeightDecay of AdamW (decoupled).
 	WeightDecay float64 `json:"weight_decay"`
-	ClipNorm    float64 `json:"clip_norm"`
+	// ClipNorm clips the gradient's global norm (0: none).
+	ClipNorm float64 `json:"clip_norm"`
 	// LRSchedule is "constant" (the default) or "cosine": after the warm-up
 	// the learning rate falls to MinLRFrac·LR along a half cosine over the
 	// run's iterations (by the mini-batch's place in its iteration).
@@ -185,7 +213,9 @@ type RLConfig struct {
 	// this many mini-batches of a seeded shuffle, row i going to
 	// mini-batch i mod MiniBatches (the update before the reference's
 	// semantics were followed: 1 made one step per iteration).
-	MiniBatches      int `json:"mini_batches,omitempty"`
+	MiniBatches int `json:"mini_batches,omitempty"`
+	// MicroBatchTokens bounds the padded tokens of one forward/backward;
+	// gradients accumulate over a mini-batch's micro-batches.
 	MicroBatchTokens int `json:"micro_batch_tokens"`
 	// MaxRefusals stops the run after this many non-finite steps in a row.
 	MaxRefusals int `json:"max_refusals"`
@@ -250,16 +280,21 @@ type EvalConfig struct {
 // Config is a whole run. Zero fields take Default()'s values when loaded
 // from a file.
 type Config struct {
-	Name    string        `json:"name"`
-	RunsDir string        `json:"runs_dir"`
-	Algo    string        `json:"algo"`
+	// Name is the run's folder under RunsDir.
+	Name string `json:"name"`
+	// RunsDir holds the run folders.
+	RunsDir string `json:"runs_dir"`
+	// Algo is seed, grpo, static-skill, random-skill or seed-no-sft.
+	Algo string `json:"algo"`
+	// Seed of every random choice of the run (tasks, sampling, splits).
 	Seed    int64         `json:"seed"`
 	Model   string        `json:"model"` // Hugging Face checkpoint folder of the base policy
 	Env     EnvConfig     `json:"env"`
 	Backend BackendConfig `json:"backend"`
 	Stage1  Stage1Config  `json:"stage1"`
 	// Iterations of stage 2; TasksPerIteration is B, Rollout.GroupSize G.
-	Iterations        int     `json:"iterations"`
+	Iterations int `json:"iterations"`
+	// TasksPerIteration is B (public code: 16).
 	TasksPerIteration int     `json:"tasks_per_iteration"`
 	DataShare         float64 `json:"data_share"` // share of the training set used (sample-efficiency tables)
 	// TrainTasks is the training set: this many tasks of the seeded shuffle
@@ -269,31 +304,48 @@ type Config struct {
 	// what a full-share run consumes).
 	TrainTasks int `json:"train_tasks,omitempty"`
 	Rollout    struct {
-		Mode           string  `json:"mode"`
-		Window         int     `json:"window"`
-		GroupSize      int     `json:"group_size"`
-		MaxTokens      int     `json:"max_tokens"`
-		Temperature    float64 `json:"temperature"`
+		// Mode is "window" (each step's prompt: the task and the last
+		// Window steps, verl-agent's) or "chat" (one growing conversation).
+		Mode string `json:"mode"`
+		// Window is the history length in window mode (public ALFWorld: 2).
+		Window int `json:"window"`
+		// GroupSize is G, trajectories per task (paper: 8).
+		GroupSize int `json:"group_size"`
+		// MaxTokens bounds each reply.
+		MaxTokens int `json:"max_tokens"`
+		// Temperature of rollout sampling; the trainer scores tokens at it.
+		Temperature float64 `json:"temperature"`
+		// InvalidPenalty per invalid step, against rl.reward_scale for
+		// success (public code: 0.1 against 10).
 		InvalidPenalty float64 `json:"invalid_penalty"`
-		MaxInFlight    int     `json:"max_in_flight"`
+		// MaxInFlight bounds generation requests at once.
+		MaxInFlight int `json:"max_in_flight"`
 	} `json:"rollout"`
+	// SkillMode selects the skills in teacher contexts: episode_only
+	// (public code), step_only or episode_step (the paper's description).
 	SkillMode string `json:"skill_mode"`
 	// CriticalSteps selects where step skills go: "return_variance" or
 	// "llm" (the analyzer chooses).
-	CriticalSteps  string  `json:"critical_steps"`
-	MaxStepSkills  int     `json:"max_step_skills"`
-	Gamma          float64 `json:"gamma"`
-	AnalysisTokens int     `json:"analysis_max_tokens"`
+	CriticalSteps string `json:"critical_steps"`
+	// MaxStepSkills is K, the most step skills per trajectory (paper: 5).
+	MaxStepSkills int `json:"max_step_skills"`
+	// Gamma discounts step returns for the return-variance critical-step
+	// selector (paper: 0.95).
+	Gamma float64 `json:"gamma"`
+	// AnalysisTokens bounds each self-analysis answer.
+	AnalysisTokens int `json:"analysis_max_tokens"`
 	// AnalysisRepair sends a self-analysis answer that does not parse back
 	// once with the error (DESIGN §2's repair prompt; the GPU configs have
 	// it). Off in the embedded default: the tiny household model repaired
 	// none of 583 such answers over the v11 bench's SEED runs, and the
 	// round wrote more tokens than the analysis itself.
-	AnalysisRepair   bool       `json:"analysis_repair"`
-	RL               RLConfig   `json:"rl"`
-	Eval             EvalConfig `json:"eval"`
-	RescoreMaxTokens int        `json:"rescore_max_tokens"`
-	RetryFor         Duration   `json:"retry_for"`
+	AnalysisRepair bool       `json:"analysis_repair"`
+	RL             RLConfig   `json:"rl"`
+	Eval           EvalConfig `json:"eval"`
+	// RescoreMaxTokens bounds the padded tokens of one rescoring forward.
+	RescoreMaxTokens int `json:"rescore_max_tokens"`
+	// RetryFor bounds retrying a failing server or environment call.
+	RetryFor Duration `json:"retry_for"`
 }
 
 // Duration reads "30s"-style strings in JSON.
