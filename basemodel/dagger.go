@@ -71,7 +71,7 @@ func (c DAggerConfig) Validate() error {
 	return nil
 }
 
-// DefaultDAgger is the measured refinement setting (README, "Tiny base
+// DefaultDAgger is the measured refinement setting (docs/experiments.md, "Tiny base
 // policies").
 func DefaultDAgger() DAggerConfig {
 	return DAggerConfig{Rounds: 2, Episodes: 150, Epochs: 1, LR: 1e-3, KeepAgreeing: 0.25, Replay: 1, MaxSteps: 30, StopAfterRepeats: 3}

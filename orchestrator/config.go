@@ -384,7 +384,7 @@ func Default() Config {
 	// 1 epoch at 2e-4 still cost acting (first-iteration rollout success
 	// 15.6% against 23.4% without stage 1, final eval 20.5% against 31.5%)
 	// and 5e-5 did not (25.0%, final 31.5%), with as many usable
-	// self-written skills (README, "Training"). Each 8,192-token step runs
+	// self-written skills (docs/experiments.md). Each 8,192-token step runs
 	// as micro-batches of at most 2,048 padded tokens of similar length:
 	// stage-1 rows range from ~100 acting tokens to ~1,000 of trajectory,
 	// and one padded batch made a stage-1-only run take 174 s against 113
@@ -399,7 +399,7 @@ func Default() Config {
 	// Eight iterations: on the default base (recipe v12, 16.0% eval-seen)
 	// four took SEED to 21.5% and 26.5% (seeds 1, 2) and GRPO to 24.0% and
 	// 19.0%; eight took SEED to 26.5% and 28.0% in 14–17 minutes here and
-	// GRPO to 27.0% and 26.0% (README, "Tiny base policies"). The bench keeps four
+	// GRPO to 27.0% and 26.0% (docs/experiments.md). The bench keeps four
 	// (benchmarks.EmbeddedIterations).
 	c.Iterations = 8
 	c.TasksPerIteration = 8
@@ -414,7 +414,7 @@ func Default() Config {
 	// for success (rl.reward_scale). (With a reward of 1 and trajectory
 	// advantages it weighed ten times more, and the tiny household policy
 	// learned to never take objects: greedy eval-seen 7% → 0% in eight
-	// iterations; docs in the README, "Training".)
+	// iterations; docs/experiments.md.)
 	c.Rollout.InvalidPenalty = 0.1
 	c.Rollout.MaxInFlight = 64
 	c.SkillMode = string(skills.EpisodeStep)

@@ -59,7 +59,7 @@ type Template struct {
 	// it saw the objects its task names (TakeNotes: read off the
 	// trajectory text), which a short window forgets. Off for household:
 	// measured with recipe v8, it raised plain success but took away the
-	// gain from hints (see the README's base-model section).
+	// gain from hints (docs/experiments.md, "Tiny base policies").
 	Notes bool
 	// Extract reads the action from the model's text; ok is false when the
 	// output has no usable action (an invalid step, never a crash).

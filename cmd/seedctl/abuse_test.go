@@ -20,7 +20,7 @@ import (
 )
 
 // abuseRSSBudget is the most the server's peak resident memory may grow
-// over its warmed-up size while it refuses the abuse table (README,
+// over its warmed-up size while it refuses the abuse table (docs/gpu.md,
 // "Reliability"): refused requests must cost their body and a little
 // bookkeeping, never a prefill, a score or a results slice.
 const abuseRSSBudget = 256 << 20

@@ -22,7 +22,7 @@ import (
 	"github.com/seedctl/seedctl/tokenizer"
 )
 
-// Request limits (README, "Reliability").
+// Request limits (docs/gpu.md, "Reliability").
 const (
 	// maxBodyBytes bounds a request body.
 	maxBodyBytes = 32 << 20
