@@ -127,7 +127,7 @@ func TestResumeAfterKillMatchesUninterruptedRun(t *testing.T) {
 		t.Skip("runs seedctl twice")
 	}
 	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
-	// Training is not bit-deterministic run to run (README, known issues:
+	// Training is not bit-deterministic run to run (docs/architecture.md, known issues:
 	// last-bit differences that Adam's normalisation amplifies to about the
 	// learning rate). A small rate keeps those far below what could flip a
 	// sampled token, so the comparison below can demand identical records.
