@@ -11,6 +11,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,33 +98,26 @@ func postJSON(t *testing.T, url, body string) map[string]any {
 	return out
 }
 
-// TestServerDocumentedJSON checks the exact shapes AgentGym clients expect.
+// TestServerDocumentedJSON: seedctl env serve answers, in the ALFWorld
+// dialect, with the shapes AgentGym's ALFWorld server answers (the
+// transcribed exchanges in testdata), and names what is wrong in bad
+// requests.
 func TestServerDocumentedJSON(t *testing.T) {
 	hs := householdServer(t)
-	c := postJSON(t, hs.URL+"/create", `{}`)
-	if c["id"] != float64(0) {
-		t.Fatalf("/create → %v", c)
-	}
-	r := postJSON(t, hs.URL+"/reset", `{"id": 0, "game": 3, "world_type": "Text"}`)
-	if _, ok := r["observation"].(string); !ok || r["task_type"] == "" {
-		t.Fatalf("/reset → %v", r)
-	}
-	if acts, ok := r["available_actions"].([]any); !ok || len(acts) == 0 {
-		t.Fatalf("/reset available_actions %v", r["available_actions"])
-	}
-	s := postJSON(t, hs.URL+"/step", `{"id": 0, "action": "look"}`)
-	for _, k := range []string{"observation", "reward", "available_actions", "done"} {
-		if _, ok := s[k]; !ok {
-			t.Errorf("/step lacks %q: %v", k, s)
+	for _, e := range exchanges(t, "alfworld") {
+		got := do(t, hs.URL, e)
+		if kind(got) != kind(e.Response) {
+			t.Errorf("%s %s: answer %s has shape %s, AgentGym's %s", e.Method, e.Path, got, kind(got), kind(e.Response))
 		}
 	}
-	s = postJSON(t, hs.URL+"/step", `{"id": 0, "action": "fly to the moon"}`)
+	s := postJSON(t, hs.URL+"/step", `{"id": 0, "action": "fly to the moon"}`)
 	if s["observation"] != household.NothingHappens {
 		t.Errorf("garbage action → %v", s)
 	}
 	for _, bad := range []struct{ path, body, want string }{
 		{"/step", `{"id": 42, "action": "look"}`, "no environment with id 42"},
 		{"/reset", `{"id": 0, "game": 999999}`, "game must be in"},
+		{"/reset", `{"id": 0, "game": 1, "world_type": "Embody"}`, "text worlds"},
 		{"/step", `{"id": 0`, "malformed JSON"},
 		{"/step", `{"id": 0}`, "missing action"},
 	} {
@@ -132,15 +126,85 @@ func TestServerDocumentedJSON(t *testing.T) {
 			t.Errorf("%s %s → %v; want error %q", bad.path, bad.body, out, bad.want)
 		}
 	}
-	resp, _ := http.Get(hs.URL + "/available_actions?id=0")
-	var av map[string]any
-	json.NewDecoder(resp.Body).Decode(&av)
-	resp.Body.Close()
-	if _, ok := av["available_actions"].([]any); !ok {
-		t.Errorf("/available_actions → %v", av)
-	}
 	if out := postJSON(t, hs.URL+"/close", `{"id": 0}`); out["closed"] != true {
 		t.Errorf("/close → %v", out)
+	}
+}
+
+// do sends one transcribed request and returns the raw answer.
+func do(t *testing.T, base string, e exchange) []byte {
+	t.Helper()
+	var resp *http.Response
+	var err error
+	if e.Method == "GET" {
+		resp, err = http.Get(base + e.Path)
+	} else {
+		resp, err = http.Post(base+e.Path, "application/json", bytes.NewReader(e.Body))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	return got
+}
+
+// replay is a server that answers from transcribed exchanges, in their
+// order: each request must match (method, path, body shape) an exchange
+// at or after the last one answered.
+func replay(t *testing.T, ex []exchange) *httptest.Server {
+	next := 0
+	var mu sync.Mutex
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		body, _ := io.ReadAll(r.Body)
+		path := r.URL.Path
+		if r.URL.RawQuery != "" {
+			path += "?" + r.URL.RawQuery
+		}
+		for i := next; i < len(ex); i++ {
+			e := ex[i]
+			if e.Method == r.Method && e.Path == path && (e.Body == nil || kind(e.Body) == kind(body)) {
+				next = i + 1
+				w.Write(e.Response)
+				return
+			}
+		}
+		w.Write([]byte(`{"error": "unexpected request"}`))
+		t.Errorf("unexpected request %s %s %s", r.Method, path, body)
+	}))
+}
+
+// seedctl's client against AgentGym's ALFWorld and SciWorld servers.
+func TestClientSpeaksAgentGymALFWorldAndSciWorld(t *testing.T) {
+	ctx := context.Background()
+	hs := replay(t, exchanges(t, "alfworld"))
+	defer hs.Close()
+	c, _ := New(DefaultConfig(hs.URL, ALFWorld))
+	st, err := c.Reset(ctx, envadapters.Task{Index: 3})
+	if err != nil || !strings.Contains(st.Observation, "Your task is to: put a cool mug in cabinet.") || len(st.Admissible) != 5 {
+		t.Fatalf("alfworld reset %+v %v", st, err)
+	}
+	if st, err = c.Step(ctx, "go to fridge 1"); err != nil || st.Done || len(st.Admissible) != 4 {
+		t.Fatalf("alfworld step %+v %v", st, err)
+	}
+	sw := replay(t, exchanges(t, "sciworld"))
+	defer sw.Close()
+	c, _ = New(DefaultConfig(sw.URL, SciWorld))
+	st, err = c.Reset(ctx, envadapters.Task{Index: 4})
+	if err != nil || !strings.HasPrefix(st.Observation, "Your task is to boil water.") || !strings.Contains(st.Observation, "hallway") {
+		t.Fatalf("sciworld reset %+v %v", st, err)
+	}
+	if st, err = c.Step(ctx, "look around"); err != nil || st.Done {
+		t.Fatalf("sciworld step %+v %v", st, err)
+	}
+	if st, err = c.Step(ctx, "focus on water"); err != nil || !st.Done || !st.Won || st.Score != 100 {
+		t.Fatalf("sciworld last step %+v %v", st, err)
+	}
+	// The server's {"error"} after the end ends the episode as failed, kept.
+	if st, err = c.Step(ctx, "look around"); err != nil || !st.Done || st.Err == "" {
+		t.Fatalf("step after the end %+v %v", st, err)
 	}
 }
 
@@ -302,9 +366,12 @@ type exchange struct {
 	Response json.RawMessage `json:"response"`
 }
 
-func webshopExchanges(t *testing.T) []exchange {
+func webshopExchanges(t *testing.T) []exchange { return exchanges(t, "webshop") }
+
+// exchanges reads testdata/<env>_exchange.json.
+func exchanges(t *testing.T, env string) []exchange {
 	t.Helper()
-	b, err := os.ReadFile("testdata/webshop_exchange.json")
+	b, err := os.ReadFile("testdata/" + env + "_exchange.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,17 +477,7 @@ func TestServerSpeaksAgentGymWebShop(t *testing.T) {
 	hs := httptest.NewServer(s.Handler())
 	defer hs.Close()
 	for _, e := range webshopExchanges(t) {
-		var resp *http.Response
-		if e.Method == "GET" {
-			resp, err = http.Get(hs.URL + e.Path)
-		} else {
-			resp, err = http.Post(hs.URL+e.Path, "application/json", bytes.NewReader(e.Body))
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		got := do(t, hs.URL, e)
 		if kind(got) != kind(e.Response) {
 			t.Errorf("%s %s: answer %s has shape %s, AgentGym's %s", e.Method, e.Path, got, kind(got), kind(e.Response))
 		}

@@ -299,6 +299,10 @@ func (c *Client) Step(ctx context.Context, action string) (envadapters.Step, err
 		if !r.Done {
 			st.Admissible = c.webshopActions(ctx)
 		}
+	case SciWorld:
+		// SciWorld's reward is the score's increase; a task is done well
+		// when its score reaches 100.
+		st.Won = r.Done && r.Score != nil && *r.Score >= 100
 	default:
 		st.Won = r.Done && r.Reward > 0
 	}

@@ -48,6 +48,9 @@ type slot struct {
 	task  envadapters.Task
 	set   bool
 	steps int
+	// world and game are what ALFWorld's /detail reports.
+	world string
+	game  int
 }
 
 // DialectFor is the dialect AgentGym's clients expect for a built-in: the
@@ -187,10 +190,18 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 	if sl == nil {
 		return
 	}
-	// AgentGym's ALFWorld server plays text worlds only.
-	if req.WorldType != nil && *req.WorldType != "Text" {
-		fail(w, "world_type %q is not supported; use \"Text\"", *req.WorldType)
-		return
+	// AgentGym's ALFWorld server takes Text, Embody or Hybrid; the
+	// built-ins are text worlds.
+	if req.WorldType != nil {
+		switch *req.WorldType {
+		case "Text":
+		case "Embody", "Hybrid":
+			fail(w, "world_type %q is not served here: the built-in environments are text worlds (\"Text\")", *req.WorldType)
+			return
+		default:
+			fail(w, `world_type must be one of "Text", "Embody" and "Hybrid"`)
+			return
+		}
 	}
 	game := req.Game
 	for _, alt := range []*int{req.DataIdx, req.SessionID} {
@@ -215,7 +226,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 		fail(w, "reset: %v", err)
 		return
 	}
-	sl.last, sl.task, sl.set, sl.steps = st, task, true, 0
+	sl.last, sl.task, sl.set, sl.steps, sl.game, sl.world = st, task, true, 0, *game, "Text"
 	if s.dialect == WebShop {
 		reply(w, []any{st.Observation, nil})
 		return
@@ -305,11 +316,7 @@ func (s *Server) observation(w http.ResponseWriter, r *http.Request) {
 	if sl := s.queryID(w, r); sl != nil {
 		sl.mu.Lock()
 		defer sl.mu.Unlock()
-		if s.dialect == WebShop {
-			reply(w, sl.last.Observation)
-			return
-		}
-		reply(w, map[string]any{"observation": sl.last.Observation})
+		reply(w, sl.last.Observation) // a bare string, in both dialects
 	}
 }
 
@@ -321,7 +328,7 @@ func (s *Server) available(w http.ResponseWriter, r *http.Request) {
 			reply(w, webshopAvailable(sl.last.Admissible))
 			return
 		}
-		reply(w, map[string]any{"available_actions": orEmpty(sl.last.Admissible)})
+		reply(w, orEmpty(sl.last.Admissible)) // ALFWorld's: a bare list
 	}
 }
 
@@ -358,6 +365,11 @@ func (s *Server) detail(w http.ResponseWriter, r *http.Request) {
 	if sl := s.queryID(w, r); sl != nil {
 		sl.mu.Lock()
 		defer sl.mu.Unlock()
+		if s.dialect == ALFWorld {
+			reply(w, map[string]any{"world_type": sl.world, "game": sl.game, "observation": sl.last.Observation, "available_actions": orEmpty(sl.last.Admissible),
+				"done": sl.last.Done, "reward": sl.last.Reward, "deleted": false})
+			return
+		}
 		reply(w, map[string]any{"task": sl.task.ID, "goal": sl.task.Goal, "steps": sl.steps, "done": sl.last.Done, "reward": sl.last.Reward, "reset": sl.set})
 	}
 }
