@@ -24,15 +24,40 @@ type completionRequest struct {
 	genParams
 }
 
-// countPrompts counts the top-level elements of a prompt that is a list of
-// lists (other shapes count as one), stopping at limit: the prompts of a
-// hostile body are never all decoded.
+// countPrompts counts the prompts of a prompt that is a list of lists or of
+// strings (a string or a flat list of token ids is one), stopping at
+// limit: the prompts of a hostile body are never all decoded.
 func countPrompts(raw json.RawMessage, limit int) int {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
 		return 1
 	}
-	n := 0
+	if !dec.More() {
+		return 0
+	}
+	first, err := dec.Token()
+	if err != nil {
+		return 1
+	}
+	if _, isStr := first.(string); !isStr && first != json.Delim('[') {
+		return 1 // a flat list of token ids
+	}
+	if first == json.Delim('[') {
+		// Skip the rest of the first prompt.
+		for depth := 1; depth > 0; {
+			t, err := dec.Token()
+			if err != nil {
+				return 1
+			}
+			switch t {
+			case json.Delim('['):
+				depth++
+			case json.Delim(']'):
+				depth--
+			}
+		}
+	}
+	n := 1
 	for dec.More() && n < limit {
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {

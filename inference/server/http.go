@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -58,6 +59,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 	mux.HandleFunc("POST /v1/completions", s.auth(s.completions))
 	mux.HandleFunc("POST /v1/chat/completions", s.auth(s.chat))
 	mux.HandleFunc("POST /update_weights_from_disk", s.auth(s.updateWeights))
+	mux.HandleFunc("POST /generate", s.auth(s.sglangGenerate))
 	mux.HandleFunc("GET /stats", s.auth(s.statsHandler))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found_error", "", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
@@ -211,12 +213,29 @@ func firstLine(s string) string {
 }
 
 func decodeBody(r *http.Request, dst any) error {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	body, err := readBody(r)
 	if err != nil {
-		return bad("", "reading the request body: %v", err)
+		return err
 	}
 	return unmarshalBody(body, dst)
 }
+
+// readBody reads a request body within the limits (size, UTF-8).
+func readBody(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	if err != nil {
+		return nil, bad("", "reading the request body: %v", err)
+	}
+	if len(body) > maxBodyBytes {
+		return nil, bad("", "request body over %d bytes", maxBodyBytes)
+	}
+	if !utf8.Valid(body) {
+		return nil, bad("", "request body is not valid UTF-8")
+	}
+	return body, nil
+}
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
 // unmarshalBody decodes a request body read whole.
 func unmarshalBody(body []byte, dst any) error {

@@ -369,3 +369,59 @@ func BenchmarkSampleQwenVocab(b *testing.B) {
 		})
 	}
 }
+
+func TestCountPrompts(t *testing.T) {
+	for raw, want := range map[string]int{`"hi"`: 1, `[1, 2, 3, 4]`: 1, `[[1, 2], [3], [4, 5, 6]]`: 3, `["a", "b"]`: 2, `[]`: 0, `[[1], [2], [3], [4], [5]]`: 4} {
+		if got := countPrompts(json.RawMessage(raw), 4); got != want {
+			t.Errorf("countPrompts(%s, 4) = %d, want %d", raw, got, want)
+		}
+	}
+}
+
+// The embedded server's /generate speaks SGLang's native shape: token ids
+// in, output ids with log-probs in meta_info out, prompt log-probs from
+// logprob_start_len; a batch of input_ids answers a list. Its log-probs
+// are the completions endpoint's.
+func TestSGLangGenerate(t *testing.T) {
+	s := newTestServer(t, nil)
+	code, one := post(t, s.url+"/generate", map[string]any{"input_ids": prompt, "sampling_params": map[string]any{"max_new_tokens": 4, "temperature": 0, "ignore_eos": true}, "return_logprob": true, "logprob_start_len": 0})
+	if code != 200 {
+		t.Fatalf("%d %v", code, one)
+	}
+	meta := one["meta_info"].(map[string]any)
+	outLP, inLP := meta["output_token_logprobs"].([]any), meta["input_token_logprobs"].([]any)
+	if len(outLP) != 4 || len(one["output_ids"].([]any)) != 4 || len(inLP) != len(prompt) || inLP[0].([]any)[0] != nil {
+		t.Fatalf("answer %v", one)
+	}
+	code, ref := post(t, s.url+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 0, "echo": true, "logprobs": 0, "return_tokens_as_token_ids": true})
+	if code != 200 {
+		t.Fatal(ref)
+	}
+	_, lps := completionIDs(t, choices(t, ref)[0])
+	for k := 1; k < len(prompt); k++ {
+		e := inLP[k].([]any)
+		if int(e[1].(float64)) != prompt[k] || math.Abs(e[0].(float64)-lps[k]) > 1e-5 {
+			t.Errorf("prompt token %d: /generate %v, completions %v", k, e, lps[k])
+		}
+	}
+	code, batch := postAny(t, s.url+"/generate", map[string]any{"input_ids": [][]int{prompt, prompt[:3]}, "sampling_params": map[string]any{"max_new_tokens": 1, "temperature": 0}, "return_logprob": true, "logprob_start_len": 0})
+	if code != 200 || len(batch.([]any)) != 2 {
+		t.Fatalf("batch: %d %v", code, batch)
+	}
+	if code, bad := post(t, s.url+"/generate", map[string]any{"input_ids": prompt, "sampling_params": map[string]any{"max_new_tokens": 1, "seed": 3}}); code != 400 {
+		t.Errorf("an unknown sampling parameter: %d %v", code, bad)
+	}
+}
+
+func postAny(t *testing.T, url string, body any) (int, any) {
+	t.Helper()
+	js, _ := json.Marshal(body)
+	resp, err := http.Post(url, "application/json", strings.NewReader(string(js)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out any
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
