@@ -319,8 +319,8 @@ func TestUseUpdate(t *testing.T) {
 	if err := cfg.UseUpdate(UpdatePublic); err != nil {
 		t.Fatal(err)
 	}
-	if d := validConfig(); fmt.Sprint(cfg.RL) != fmt.Sprint(d.RL) || cfg.Rollout.InvalidPenalty != d.Rollout.InvalidPenalty {
-		t.Errorf("public update %+v, want the default's %+v", cfg.RL, d.RL)
+	if d := validConfig(); fmt.Sprint(cfg.RL) != fmt.Sprint(d.RL) || cfg.Rollout.InvalidPenalty != 0.1 {
+		t.Errorf("public update %+v with penalty %v, want the default's %+v with the public code's 0.1", cfg.RL, cfg.Rollout.InvalidPenalty, d.RL)
 	}
 	if cfg.UseUpdate("fancy") == nil {
 		t.Error("unknown update accepted")
