@@ -273,9 +273,15 @@ func forEach(ctx context.Context, n, limit int, fn func(ctx context.Context, i i
 }
 
 func (o *openAICompat) Generate(ctx context.Context, reqs []GenRequest) ([]GenResult, error) {
+	return generateEach(ctx, reqs, o.cfg.MaxInFlight, o.generateOne)
+}
+
+// generateEach runs one generation request per GenRequest, at most limit
+// at once, stopping at the first error.
+func generateEach(ctx context.Context, reqs []GenRequest, limit int, one func(context.Context, GenRequest) (GenResult, error)) ([]GenResult, error) {
 	out := make([]GenResult, len(reqs))
-	err := forEach(ctx, len(reqs), o.cfg.MaxInFlight, func(ctx context.Context, i int) error {
-		r, err := o.generateOne(ctx, reqs[i])
+	err := forEach(ctx, len(reqs), limit, func(ctx context.Context, i int) error {
+		r, err := one(ctx, reqs[i])
 		if err != nil {
 			return fmt.Errorf("generating for request %d: %w", i, err)
 		}

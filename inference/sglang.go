@@ -98,19 +98,7 @@ func (b *sglangBackend) Generate(ctx context.Context, reqs []GenRequest) ([]GenR
 	if !b.native {
 		return b.openAICompat.Generate(ctx, reqs)
 	}
-	out := make([]GenResult, len(reqs))
-	err := forEach(ctx, len(reqs), b.cfg.MaxInFlight, func(ctx context.Context, i int) error {
-		r, err := b.generateOneNative(ctx, reqs[i])
-		if err != nil {
-			return fmt.Errorf("generating for request %d: %w", i, err)
-		}
-		out[i] = r
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return generateEach(ctx, reqs, b.cfg.MaxInFlight, b.generateOneNative)
 }
 
 // Score teacher-forces sequences through /generate with
