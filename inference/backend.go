@@ -294,16 +294,24 @@ func generateEach(ctx context.Context, reqs []GenRequest, limit int, one func(co
 	return out, nil
 }
 
-func (o *openAICompat) Score(ctx context.Context, seqs [][]int) ([][]float64, error) {
-	out := make([][]float64, len(seqs))
-	nb := (len(seqs) + o.cfg.ScoreBatch - 1) / o.cfg.ScoreBatch
-	err := forEach(ctx, nb, o.cfg.MaxInFlight, func(ctx context.Context, b int) error {
-		lo, hi := b*o.cfg.ScoreBatch, min((b+1)*o.cfg.ScoreBatch, len(seqs))
+// scoreBatches cuts seqs into batches of size, refuses empty sequences,
+// and runs fn on each batch [lo, hi), at most limit at once.
+func scoreBatches(ctx context.Context, seqs [][]int, size, limit int, fn func(ctx context.Context, lo, hi int) error) error {
+	nb := (len(seqs) + size - 1) / size
+	return forEach(ctx, nb, limit, func(ctx context.Context, b int) error {
+		lo, hi := b*size, min((b+1)*size, len(seqs))
 		for i := lo; i < hi; i++ {
 			if len(seqs[i]) == 0 {
 				return fmt.Errorf("scoring sequence %d: it is empty", i)
 			}
 		}
+		return fn(ctx, lo, hi)
+	})
+}
+
+func (o *openAICompat) Score(ctx context.Context, seqs [][]int) ([][]float64, error) {
+	out := make([][]float64, len(seqs))
+	err := scoreBatches(ctx, seqs, o.cfg.ScoreBatch, o.cfg.MaxInFlight, func(ctx context.Context, lo, hi int) error {
 		body := map[string]any{
 			"model": o.modelName(), "prompt": seqs[lo:hi], "max_tokens": o.cfg.ScoreMaxTokens, "echo": true,
 			"logprobs": 0, "return_tokens_as_token_ids": true, "temperature": 0,

@@ -109,14 +109,7 @@ func (b *sglangBackend) Score(ctx context.Context, seqs [][]int) ([][]float64, e
 		return b.openAICompat.Score(ctx, seqs)
 	}
 	out := make([][]float64, len(seqs))
-	nb := (len(seqs) + b.cfg.ScoreBatch - 1) / b.cfg.ScoreBatch
-	err := forEach(ctx, nb, b.cfg.MaxInFlight, func(ctx context.Context, k int) error {
-		lo, hi := k*b.cfg.ScoreBatch, min((k+1)*b.cfg.ScoreBatch, len(seqs))
-		for i := lo; i < hi; i++ {
-			if len(seqs[i]) == 0 {
-				return fmt.Errorf("scoring sequence %d: it is empty", i)
-			}
-		}
+	err := scoreBatches(ctx, seqs, b.cfg.ScoreBatch, b.cfg.MaxInFlight, func(ctx context.Context, lo, hi int) error {
 		req := sglangGenerateReq{InputIDs: seqs[lo:hi], SamplingParams: map[string]any{"max_new_tokens": 1, "temperature": 0}, ReturnLogprob: true, LogprobStartLen: 0}
 		var reps []sglangGenerateReply
 		if err := b.http.do(ctx, "POST", "/generate", req, &reps); err != nil {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -234,8 +233,6 @@ func readBody(r *http.Request) ([]byte, error) {
 	}
 	return body, nil
 }
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
 // unmarshalBody decodes a request body read whole.
 func unmarshalBody(body []byte, dst any) error {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -48,7 +49,7 @@ func (s *Server) sglangGenerate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req sglangRequest
-	dec := json.NewDecoder(bytesReader(body))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		s.fail(w, bad("", "malformed /generate request: %v", err))
