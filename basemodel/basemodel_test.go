@@ -367,3 +367,26 @@ func TestPlayedEpisodesAreLabelledByTheExpert(t *testing.T) {
 		env.Close()
 	}
 }
+
+func TestGoesToListedPlace(t *testing.T) {
+	tmpl, err := rollout.TemplateFor(household.Name).WithPlacesLine(rollout.PlacesAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn := "Your task is to: put a mug in shelf.\nNow: You are in the middle of a room.\nAdmissible actions: look\nPlaces not searched yet: cabinet 2, fridge 1, shelf 10.\n" + tmpl.ActionRequest
+	for reply, want := range map[string]bool{
+		"<action>go to fridge 1</action>":  true,
+		"<action>go to shelf 10</action>":  true,
+		"<action>go to shelf 1</action>":   false, // a prefix of a listed place
+		"<action>go to cabinet 3</action>": false,
+		"<action>look</action>":            false,
+		"go to":                            false,
+	} {
+		if got := goesToListedPlace(tmpl, reply, turn); got != want {
+			t.Errorf("%q: %v, want %v", reply, got, want)
+		}
+	}
+	if goesToListedPlace(tmpl, "<action>go to fridge 1</action>", "no places line") {
+		t.Error("a turn without a places line accepted a go to")
+	}
+}

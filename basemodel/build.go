@@ -135,6 +135,12 @@ type BuildReport struct {
 	DAgger []DAggerRound `json:"dagger,omitempty"`
 }
 
+// Template is the prompt template the recipe's model is trained for (the
+// environment's, with the corpus's places line).
+func (r Recipe) Template() (rollout.Template, error) {
+	return rollout.TemplateFor(r.Env).WithPlacesLine(r.Corpus.PlacesLine)
+}
+
 // Key names a recipe's cache folder.
 func (r Recipe) Key() string {
 	b, _ := json.Marshal(r)
@@ -270,7 +276,11 @@ func prepare(ctx context.Context, r Recipe, tok *tokenizer.Tokenizer, tcfg *toke
 		return nil, err
 	}
 	start := time.Now()
-	pc := &prepared{b: b, tmpl: rollout.TemplateFor(r.Env)}
+	tmpl, err := r.Template()
+	if err != nil {
+		return nil, fmt.Errorf("base model recipe: %w", err)
+	}
+	pc := &prepared{b: b, tmpl: tmpl}
 	pc.eps, err = GenerateCorpus(ctx, b, r.Corpus, func(d, t int) { progress("corpus", d, t, "") })
 	if err != nil {
 		return nil, fmt.Errorf("building the %s base model: %w", r.Env, err)

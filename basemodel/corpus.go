@@ -78,6 +78,13 @@ type CorpusConfig struct {
 	// Offset skips the first training tasks (held-out demonstrations for
 	// measuring a built model come from after the corpus's tasks).
 	Offset int `json:",omitempty"`
+	// PlacesLine is the household prompt's places-line style the
+	// demonstrations are rendered in and the model is trained for ("":
+	// the template's own, rollout.PlacesNext; rollout.PlacesAll lists
+	// every place not searched yet and the plain demonstrations search
+	// them in random order). Rollouts with the model must use the same
+	// (Recipe.Template).
+	PlacesLine string `json:"places_line,omitempty"`
 }
 
 // Validate names the first bad field.
@@ -91,6 +98,8 @@ func (c CorpusConfig) Validate() error {
 		return fmt.Errorf("corpus: renumber %v must be in [0, 1]", c.Renumber)
 	case c.MaxSteps < 1:
 		return fmt.Errorf("corpus: max_steps %d must be positive", c.MaxSteps)
+	case c.PlacesLine != "" && c.PlacesLine != rollout.PlacesNext && c.PlacesLine != rollout.PlacesAll:
+		return fmt.Errorf("corpus: places_line %q: want %q or %q", c.PlacesLine, rollout.PlacesNext, rollout.PlacesAll)
 	}
 	return nil
 }
@@ -107,8 +116,12 @@ func expertFor(b envadapters.Builtin, env envadapters.Env, tmpl rollout.Template
 }
 
 // searchExpert is the household searching expert that looks in the places
-// in the order tmpl's places-not-searched line shows them.
+// in the order tmpl's places-not-searched line shows them, or, when the
+// line lists them all (Template.AllPlaces), in random order.
 func searchExpert(env envadapters.Env, tmpl rollout.Template, firstObs string, seed uint64, noise float64) (*household.SearchExpert, error) {
+	if tmpl.AllPlaces {
+		return household.NewRandomSearchExpert(env, seed, noise)
+	}
 	return household.NewOrderedSearchExpert(env, seed, noise, rollout.PlaceOrder(tmpl, firstObs))
 }
 
@@ -174,7 +187,10 @@ func GenerateCorpus(ctx context.Context, b envadapters.Builtin, cfg CorpusConfig
 		return nil, err
 	}
 	tasks = tasks[cfg.Offset:]
-	tmpl := rollout.TemplateFor(b.Name())
+	tmpl, err := rollout.TemplateFor(b.Name()).WithPlacesLine(cfg.PlacesLine)
+	if err != nil {
+		return nil, fmt.Errorf("corpus: %w", err)
+	}
 	oracle := &skills.OracleAnalyzer{K: 0}
 	r := rand.New(rand.NewPCG(cfg.Seed, 77))
 	out := make([]Episode, 0, n)

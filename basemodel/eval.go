@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/envadapters/household"
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/inference/server"
 	"github.com/seedctl/seedctl/rollout"
@@ -20,12 +22,18 @@ import (
 
 // EvalConfig describes one evaluation.
 type EvalConfig struct {
-	ModelDir    string
-	Env         string
-	Split       envadapters.Split
-	Episodes    int
-	Offset      int
-	Hints       string // "" or "oracle"
+	ModelDir string
+	Env      string
+	Split    envadapters.Split
+	Episodes int
+	Offset   int
+	// Hints: "" (plain), "oracle" (the oracle's skill about the same
+	// task) or "oracle-other" (the oracle's skill about a training task of
+	// the same family and goal object: knowledge that transfers).
+	Hints string
+	// Group plays each task this many times (at Temperature; 0 or 1:
+	// once), for the group diagnostics of rollout.Metrics.
+	Group       int
 	Temperature float64
 	MaxTokens   int
 	Mode        string
@@ -38,12 +46,15 @@ type EvalConfig struct {
 
 // EvalResult is success overall and per family.
 type EvalResult struct {
-	Config    EvalConfig            `json:"config"`
-	Metrics   rollout.Metrics       `json:"metrics"`
-	PerFamily map[string][2]int     `json:"per_family"` // wins, episodes
-	Elapsed   time.Duration         `json:"elapsed"`
-	Hints     map[string]string     `json:"-"`
-	Trajs     []*rollout.Trajectory `json:"-"`
+	Config    EvalConfig        `json:"config"`
+	Metrics   rollout.Metrics   `json:"metrics"`
+	PerFamily map[string][2]int `json:"per_family"` // wins, episodes
+	Elapsed   time.Duration     `json:"elapsed"`
+	Hints     map[string]string `json:"-"`
+	// Donors maps each task with an "oracle-other" hint to the training
+	// task the hint is about.
+	Donors map[string]string     `json:"donors,omitempty"`
+	Trajs  []*rollout.Trajectory `json:"-"`
 }
 
 // OracleHints writes, for each task, the oracle's skill about the expert
@@ -97,9 +108,12 @@ func Evaluate(ctx context.Context, cfg EvalConfig, log zerolog.Logger, progress 
 		return nil, err
 	}
 	rc := rollout.DefaultConfig()
-	rc.GroupSize, rc.Temperature, rc.Seed = 1, cfg.Temperature, cfg.Seed
-	if rec, ok := ReadRecipe(cfg.ModelDir); ok && cfg.Mode == "" {
-		rc.Mode, rc.Window = rec.Mode, rec.Window // prompt as the model was trained
+	rc.GroupSize, rc.Temperature, rc.Seed = max(1, cfg.Group), cfg.Temperature, cfg.Seed
+	if rec, ok := ReadRecipe(cfg.ModelDir); ok {
+		rc.PlacesLine = rec.Corpus.PlacesLine
+		if cfg.Mode == "" {
+			rc.Mode, rc.Window = rec.Mode, rec.Window // prompt as the model was trained
+		}
 	}
 	if cfg.MaxTokens > 0 {
 		rc.MaxTokensPerTurn = cfg.MaxTokens
@@ -119,8 +133,30 @@ func Evaluate(ctx context.Context, cfg EvalConfig, log zerolog.Logger, progress 
 			return nil, err
 		}
 		rc.Hint = func(t envadapters.Task) string { return res.Hints[t.ID] }
+	case "oracle-other":
+		donors, err := TransferDonors(b, tasks)
+		if err != nil {
+			return nil, err
+		}
+		var from []envadapters.Task
+		res.Donors = map[string]string{}
+		for _, t := range tasks {
+			if d, ok := donors[t.ID]; ok {
+				from = append(from, d)
+				res.Donors[t.ID] = d.ID
+			}
+		}
+		byDonor, err := OracleHints(ctx, b, from, cfg.EnvOptions)
+		if err != nil {
+			return nil, err
+		}
+		res.Hints = map[string]string{}
+		for id, d := range res.Donors {
+			res.Hints[id] = byDonor[d]
+		}
+		rc.Hint = func(t envadapters.Task) string { return res.Hints[t.ID] }
 	default:
-		return nil, fmt.Errorf("eval: hints %q: want oracle or nothing", cfg.Hints)
+		return nil, fmt.Errorf("eval: hints %q: want oracle, oracle-other or nothing", cfg.Hints)
 	}
 	runner, err := rollout.NewRunner(rc, b.Name(), b, policy, log)
 	if err != nil {
@@ -160,6 +196,61 @@ func (r *EvalResult) Save(dir string) error {
 	}
 	return os.WriteFile(filepath.Join(dir, "eval.json"), append(b, '\n'), 0o644)
 }
+
+// donorScan is how many training tasks TransferDonors looks through.
+const donorScan = 2000
+
+// TransferDonors pairs each task with the first training task (of the
+// first donorScan) other than itself of the same family about the same
+// kind of object — for household, the object type its task line names;
+// elsewhere the family alone. Tasks without such a donor (household's
+// eval_unseen object types never occur in training) are left out.
+func TransferDonors(b envadapters.Builtin, tasks []envadapters.Task) (map[string]envadapters.Task, error) {
+	train, err := b.Tasks(envadapters.Train, min(donorScan, b.SplitSize(envadapters.Train)))
+	if err != nil {
+		return nil, fmt.Errorf("finding transfer donors: %w", err)
+	}
+	key := func(t envadapters.Task) string {
+		if b.Name() != household.Name {
+			return t.Family
+		}
+		return t.Family + "/" + goalObject(t.Goal)
+	}
+	first := map[string][]envadapters.Task{}
+	for _, t := range train {
+		if k := key(t); len(first[k]) < 2 {
+			first[k] = append(first[k], t)
+		}
+	}
+	out := map[string]envadapters.Task{}
+	for _, t := range tasks {
+		for _, d := range first[key(t)] {
+			if d.ID != t.ID {
+				out[t.ID] = d
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// goalObject is the household object type a task line names ("" if none).
+func goalObject(goal string) string {
+	for _, w := range strings.Fields(strings.TrimSuffix(goal, ".")) {
+		if householdObjects[w] {
+			return w
+		}
+	}
+	return ""
+}
+
+var householdObjects = func() map[string]bool {
+	m := map[string]bool{}
+	for _, o := range household.ObjectTypes() {
+		m[o] = true
+	}
+	return m
+}()
 
 // ReadRecipe reads the recipe a bootstrapped model was built with.
 func ReadRecipe(dir string) (Recipe, bool) {

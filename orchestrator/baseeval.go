@@ -33,6 +33,8 @@ type baseEvalInputs struct {
 	Mode      string        `json:"mode"`
 	Window    int           `json:"window"`
 	MaxTokens int           `json:"max_tokens"`
+	// PlacesLine is left out when empty, so keys of older runs hold.
+	PlacesLine string `json:"places_line,omitempty"`
 }
 
 // BaseEvalKey identifies what the base evaluation of a run with this config
@@ -42,7 +44,7 @@ type baseEvalInputs struct {
 // are left out (evaluation decodes greedily).
 func (c Config) BaseEvalKey() string {
 	b, _ := json.Marshal(baseEvalInputs{Model: c.Model, Env: c.Env, Backend: c.Backend, Episodes: c.Eval.Episodes,
-		Mode: c.Rollout.Mode, Window: c.Rollout.Window, MaxTokens: c.Rollout.MaxTokens})
+		Mode: c.Rollout.Mode, Window: c.Rollout.Window, MaxTokens: c.Rollout.MaxTokens, PlacesLine: c.Rollout.PlacesLine})
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:8])
 }

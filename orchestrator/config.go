@@ -321,6 +321,11 @@ type Config struct {
 		InvalidPenalty float64 `json:"invalid_penalty"`
 		// MaxInFlight bounds generation requests at once.
 		MaxInFlight int `json:"max_in_flight"`
+		// PlacesLine is the household prompt's places-line style ("": the
+		// template's, "next"; "all"): the one the base model was trained
+		// with (its recipe's corpus.places_line; seedctl run reads it
+		// from a bootstrapped model).
+		PlacesLine string `json:"places_line,omitempty"`
 	} `json:"rollout"`
 	// SkillMode selects the skills in teacher contexts: episode_only
 	// (public code), step_only or episode_step (the paper's description).
@@ -645,6 +650,7 @@ func (c Config) evalSeed() int64 {
 func (c Config) rolloutConfig(seed int64) rollout.Config {
 	r := rollout.DefaultConfig()
 	r.Mode, r.Window, r.GroupSize = c.Rollout.Mode, c.Rollout.Window, c.Rollout.GroupSize
+	r.PlacesLine = c.Rollout.PlacesLine
 	r.MaxTokensPerTurn, r.Temperature, r.InvalidPenalty = c.Rollout.MaxTokens, c.Rollout.Temperature, c.Rollout.InvalidPenalty
 	if c.Rollout.MaxInFlight > 0 {
 		r.MaxInFlight = c.Rollout.MaxInFlight

@@ -772,7 +772,10 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, sks ma
 	adv, gs := StepAdvantages(trajs, r.cfg.advantageParams())
 	vals["flat_group_share"], vals["flat_failing_share"], vals["flat_winning_share"] = gs.Flat, gs.FlatFailing, gs.FlatWinning
 	mode, _ := skills.ParseMode(r.cfg.SkillMode)
-	tmpl := rollout.TemplateFor(r.env.Name)
+	tmpl, err := rollout.TemplateFor(r.env.Name).WithPlacesLine(r.cfg.Rollout.PlacesLine)
+	if err != nil {
+		return nil, fmt.Errorf("building rows: %w", err)
+	}
 	var rows []Row
 	type pending struct {
 		row  int

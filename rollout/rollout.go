@@ -42,6 +42,10 @@ type Config struct {
 	// Hint, when set, gives text inserted after the task line of each
 	// episode's prompts (evaluation with skills in context).
 	Hint func(task envadapters.Task) string
+	// PlacesLine is the style of the places-not-searched line ("": the
+	// environment template's own; PlacesNext, PlacesAll). It must be the
+	// one the policy was trained with (basemodel.Recipe.PlacesLine).
+	PlacesLine string
 }
 
 // DefaultConfig follows the SEED reference setting.
@@ -66,6 +70,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("rollout config: invalid_penalty %v must not be negative", c.InvalidPenalty)
 	case c.MaxInFlight < 1:
 		return fmt.Errorf("rollout config: max_in_flight %d must be at least 1", c.MaxInFlight)
+	case c.PlacesLine != "" && c.PlacesLine != PlacesNext && c.PlacesLine != PlacesAll:
+		return fmt.Errorf("rollout config: places_line %q: want %q or %q", c.PlacesLine, PlacesNext, PlacesAll)
 	}
 	return nil
 }
@@ -93,7 +99,11 @@ func NewRunner(cfg Config, envName string, f EnvFactory, p *Policy, log zerolog.
 	if p == nil || p.Backend == nil {
 		return nil, errors.New("rollout: no policy backend")
 	}
-	return &Runner{cfg: cfg, envName: envName, factory: f, template: TemplateFor(envName), policy: p, log: log}, nil
+	tmpl, err := TemplateFor(envName).WithPlacesLine(cfg.PlacesLine)
+	if err != nil {
+		return nil, fmt.Errorf("rollout config: %w", err)
+	}
+	return &Runner{cfg: cfg, envName: envName, factory: f, template: tmpl, policy: p, log: log}, nil
 }
 
 // Template is the runner's prompt template.
@@ -349,6 +359,74 @@ type Metrics struct {
 	// distillation loss on sampled tokens, can only reinforce that opening,
 	// never find a better one.
 	FirstActionAgreement float64 `json:"first_action_agreement"`
+	// FirstPlaces is the median, over groups of two or more, of how many
+	// different places a group's trajectories go to first (their first
+	// "go to" action; household-like environments): at least three on
+	// the median task means the group explores where to look.
+	FirstPlaces float64 `json:"first_places"`
+	// FlatFailing and FlatWinning are the shares of groups of two or more
+	// in which no trajectory won and in which all did: GRPO has no signal
+	// on either, SEED's distillation is their only gradient.
+	FlatFailing float64 `json:"flat_failing"`
+	FlatWinning float64 `json:"flat_winning"`
+}
+
+// groupDiagnostics computes Metrics.FirstPlaces, FlatFailing and
+// FlatWinning.
+func groupDiagnostics(trajs []*Trajectory) (firstPlaces, flatFail, flatWin float64) {
+	type key struct {
+		task  string
+		group int
+	}
+	type group struct {
+		places     map[string]bool
+		size, wins int
+	}
+	groups := map[key]*group{}
+	var order []key
+	for _, t := range trajs {
+		k := key{t.Task.ID, t.Group}
+		g := groups[k]
+		if g == nil {
+			g = &group{places: map[string]bool{}}
+			groups[k] = g
+			order = append(order, k)
+		}
+		g.size++
+		if t.Won {
+			g.wins++
+		}
+		for _, s := range t.Steps {
+			if p, ok := strings.CutPrefix(s.Action, "go to "); ok {
+				g.places[p] = true
+				break
+			}
+		}
+	}
+	var counts []float64
+	for _, k := range order {
+		g := groups[k]
+		if g.size < 2 {
+			continue
+		}
+		counts = append(counts, float64(len(g.places)))
+		switch g.wins {
+		case 0:
+			flatFail++
+		case g.size:
+			flatWin++
+		}
+	}
+	if len(counts) == 0 {
+		return 0, 0, 0
+	}
+	sort.Float64s(counts)
+	n := len(counts)
+	med := counts[n/2]
+	if n%2 == 0 {
+		med = (counts[n/2-1] + counts[n/2]) / 2
+	}
+	return med, flatFail / float64(n), flatWin / float64(n)
 }
 
 // firstActionAgreement: see Metrics.FirstActionAgreement. A trajectory
@@ -430,6 +508,7 @@ func Summarize(trajs []*Trajectory, elapsed time.Duration) Metrics {
 		m.SuccessByFamily[f] /= float64(famN[f])
 	}
 	m.FirstActionAgreement = firstActionAgreement(trajs)
+	m.FirstPlaces, m.FlatFailing, m.FlatWinning = groupDiagnostics(trajs)
 	if elapsed > 0 {
 		m.EpisodesPerSec = n / elapsed.Seconds()
 	}
@@ -517,7 +596,7 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 	places := ""
 	if tmpl.ListUnvisited {
 		places = unsearchedLine(tmpl, firstObs, past)
-		if !tmpl.UnvisitedLast && !tmpl.NextPlace {
+		if !tmpl.UnvisitedLast && !tmpl.NextPlace && !tmpl.AllPlaces {
 			b.WriteString(places + "\n")
 		}
 	}
@@ -542,7 +621,7 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 		}
 	}
 	b.WriteString("Now: " + oneLine(now))
-	if tmpl.NextPlace {
+	if tmpl.NextPlace || tmpl.AllPlaces {
 		return tmpl.userText(b.String(), admissible, places)
 	}
 	if tmpl.UnvisitedLast && places != "" {
@@ -555,10 +634,11 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 // window turn (without its newline).
 func unsearchedLine(tmpl Template, firstObs string, past []Step) string {
 	left := unsearched(tmpl, firstObs, past)
-	if tmpl.NextPlace && len(left) > 1 {
-		return fmt.Sprintf("Places not searched yet: %s and %d more.", left[0], len(left)-1)
-	}
 	switch {
+	case tmpl.AllPlaces && len(left) > 0:
+		return "Places not searched yet: " + strings.Join(left, ", ") + "."
+	case tmpl.NextPlace && len(left) > 1:
+		return fmt.Sprintf("Places not searched yet: %s and %d more.", left[0], len(left)-1)
 	case len(left) > compactPlaces:
 		return fmt.Sprintf("Places not searched yet: %s and %d more.", strings.Join(left[:compactPlaces], ", "), len(left)-compactPlaces)
 	case len(left) > 0:

@@ -217,6 +217,42 @@ func TestFirstActionAgreement(t *testing.T) {
 	}
 }
 
+func TestGroupDiagnostics(t *testing.T) {
+	traj := func(task string, group int, won bool, actions ...string) *Trajectory {
+		tr := &Trajectory{Task: envadapters.Task{ID: task, Family: "f"}, Group: group, Won: won}
+		for _, a := range actions {
+			tr.Steps = append(tr.Steps, Step{Action: a})
+		}
+		return tr
+	}
+	tests := []struct {
+		name                 string
+		trajs                []*Trajectory
+		places, fail, winAll float64
+	}{
+		{"first go to after other actions counts", []*Trajectory{
+			traj("a", 0, false, "look", "go to x 1", "go to y 1"), traj("a", 0, true, "go to y 1"), traj("a", 0, false, "go to x 1")},
+			2, 0, 0},
+		{"median of three groups; one flat failing, one flat winning", []*Trajectory{
+			traj("a", 0, false, "go to x 1"), traj("a", 0, false, "go to x 1"),
+			traj("b", 1, true, "go to x 1"), traj("b", 1, true, "go to y 1"),
+			traj("c", 2, true, "go to x 1"), traj("c", 2, false, "go to y 1"), traj("c", 2, false, "go to z 1")},
+			2, 1.0 / 3, 1.0 / 3},
+		{"even count: mean of the middle two", []*Trajectory{
+			traj("a", 0, false, "go to x 1"), traj("a", 0, true, "go to x 1"),
+			traj("b", 1, false, "go to x 1"), traj("b", 1, true, "go to y 1"), traj("b", 1, true, "go to z 1")},
+			2, 0, 0},
+		{"no go to at all", []*Trajectory{traj("a", 0, false, "look"), traj("a", 0, false)}, 0, 1, 0},
+		{"groups of one are left out", []*Trajectory{traj("a", 0, true, "go to x 1"), traj("b", 1, false, "go to y 1")}, 0, 0, 0},
+	}
+	for _, tc := range tests {
+		m := Summarize(tc.trajs, 0)
+		if m.FirstPlaces != tc.places || math.Abs(m.FlatFailing-tc.fail) > 1e-12 || math.Abs(m.FlatWinning-tc.winAll) > 1e-12 {
+			t.Errorf("%s: first places %v, flat failing %v, flat winning %v; want %v, %v, %v", tc.name, m.FirstPlaces, m.FlatFailing, m.FlatWinning, tc.places, tc.fail, tc.winAll)
+		}
+	}
+}
+
 func TestExtractAction(t *testing.T) {
 	adm := []string{"go to cabinet 1", "look"}
 	tests := []struct {

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 )
@@ -48,6 +49,14 @@ type Template struct {
 	// six-place line in shuffled order). It decides where the line goes,
 	// so UnvisitedLast has no effect with it.
 	NextPlace bool
+	// AllPlaces makes the compact places line name every place not
+	// searched yet, in the template's place order, as the last line before
+	// the action request (recipe v13, PlacesAll). With it a searcher's
+	// next destination is a choice among the listed places — what the
+	// embedded default's demonstrations show as a uniform random pick —
+	// so a policy's samples of one task open in different places instead
+	// of all copying one. It overrides NextPlace and UnvisitedLast.
+	AllPlaces bool
 	// CompactWindow renders window-mode turns for small models: the task
 	// line and the places not visited yet stand in for the first
 	// observation's room listing (which never changes), each past step is
@@ -125,6 +134,34 @@ var Templates = map[string]Template{
 		ActionRequest: "Reply with <search> query </search> to search, or <answer> answer </answer> to answer.",
 		Extract:       ExtractSearchAnswer,
 	},
+}
+
+// Places-line styles of household-like templates (Config.PlacesLine,
+// basemodel.Recipe.PlacesLine).
+const (
+	// PlacesNext names the next place not searched and how many more
+	// (Template.NextPlace; recipes v11–v12).
+	PlacesNext = "next"
+	// PlacesAll names every place not searched (Template.AllPlaces;
+	// recipe v13).
+	PlacesAll = "all"
+)
+
+// WithPlacesLine returns t with the places line in style ("" leaves t as
+// it is). Templates without a places line (Template.ListUnvisited off)
+// accept only "".
+func (t Template) WithPlacesLine(style string) (Template, error) {
+	switch style {
+	case "":
+		return t, nil
+	case PlacesNext, PlacesAll:
+		if !t.ListUnvisited {
+			return t, fmt.Errorf("places line %q: this environment's prompts have no places line", style)
+		}
+		t.NextPlace, t.AllPlaces = style == PlacesNext, style == PlacesAll
+		return t, nil
+	}
+	return t, fmt.Errorf("places line %q: want %q or %q", style, PlacesNext, PlacesAll)
 }
 
 // TemplateFor returns the template for env, or a generic tagged-action one.

@@ -150,3 +150,54 @@ func TestPlaceOrder(t *testing.T) {
 		t.Errorf("six-place line %q, want %q", line, want)
 	}
 }
+
+// TestPlacesLineStyles: Config.PlacesLine selects the places line — the
+// next place and a count, or every place not searched yet — always the
+// last line before the action request; a template without a places line
+// refuses a style, and a wrong style is named.
+func TestPlacesLineStyles(t *testing.T) {
+	hh := TemplateFor("household")
+	order := PlaceOrder(hh, firstObs)
+	past := []Step{
+		{Action: "go to " + order[0], Observation: "You arrive at " + order[0] + ". On the " + order[0] + ", you see nothing."},
+		{Action: "go to fridge 1", Observation: "You arrive at fridge 1. The fridge 1 is closed."}, // closed: not searched
+	}
+	left := order[1:]
+	for _, tc := range []struct{ style, line string }{
+		{"", fmt.Sprintf("Places not searched yet: %s and %d more.", left[0], len(left)-1)},
+		{PlacesNext, fmt.Sprintf("Places not searched yet: %s and %d more.", left[0], len(left)-1)},
+		{PlacesAll, "Places not searched yet: " + strings.Join(left, ", ") + "."},
+	} {
+		tmpl, err := hh.WithPlacesLine(tc.style)
+		if err != nil {
+			t.Fatalf("style %q: %v", tc.style, err)
+		}
+		got := WindowText(tmpl, firstObs, past, 3, past[1].Observation, []string{"open fridge 1", "look"})
+		if want := "\nAdmissible actions: open fridge 1; look\n" + tc.line + "\n" + tmpl.ActionRequest; !strings.HasSuffix(got, want) {
+			t.Errorf("style %q: turn ends\n%s\nwant it to end\n%s", tc.style, got, want)
+		}
+		if strings.Count(got, "Places not searched yet") != 1 {
+			t.Errorf("style %q: the places line appears %d times", tc.style, strings.Count(got, "Places not searched yet"))
+		}
+	}
+	// Every place searched: the all-places line says none.
+	all, _ := hh.WithPlacesLine(PlacesAll)
+	var done []Step
+	for _, p := range order {
+		done = append(done, Step{Action: "go to " + p, Observation: "You arrive at " + p + ". On the " + p + ", you see nothing."})
+	}
+	if got := unsearchedLine(all, firstObs, done); got != "Places not searched yet: none." {
+		t.Errorf("all searched: %q", got)
+	}
+	if _, err := TemplateFor("webshop").WithPlacesLine(PlacesAll); err == nil || !strings.Contains(err.Error(), "no places line") {
+		t.Errorf("webshop with a places line: err %v", err)
+	}
+	if _, err := hh.WithPlacesLine("some"); err == nil || !strings.Contains(err.Error(), `"some"`) {
+		t.Errorf("bad style: err %v", err)
+	}
+	cfg := DefaultConfig()
+	cfg.PlacesLine = "every"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "places_line") {
+		t.Errorf("config with a bad places line: err %v", err)
+	}
+}

@@ -56,6 +56,7 @@ func bootstrapCommand() *cli.Command {
 			&cli.IntFlag{Name: "micro-batch-tokens", Usage: "run each step as micro-batches of rows of similar length, at most this many padded tokens each (0: one padded batch per step; 2048: 1.3x faster here)"},
 			&cli.BoolFlag{Name: "repeat-as-weight", Usage: "train repeated examples (rare decisions, hinted first steps) once with their repeat count as loss weight"},
 			&cli.IntFlag{Name: "dagger-rounds", Value: -1, Usage: "override the rounds of refinement on the model's own states (0: none; see model refine)"},
+			&cli.StringFlag{Name: "places-line", Usage: "override the household prompt's places line: next (the next place not searched and a count) or all (every place not searched; demonstrations search in random order)"},
 			&cli.BoolFlag{Name: "rebuild", Usage: "build even when a cached model exists"},
 		},
 		Action: func(c *cli.Context) error {
@@ -89,6 +90,9 @@ func bootstrapCommand() *cli.Command {
 			}
 			if c.IsSet("renumber") {
 				r.Corpus.Renumber = c.Float64("renumber")
+			}
+			if c.IsSet("places-line") {
+				r.Corpus.PlacesLine = c.String("places-line")
 			}
 			if c.IsSet("micro-batch-tokens") {
 				r.SFT.MicroBatchTokens = c.Int("micro-batch-tokens")
@@ -193,8 +197,9 @@ func evalCommand() *cli.Command {
 			&cli.StringFlag{Name: "split", Value: "eval_seen"},
 			&cli.IntFlag{Name: "episodes", Value: 200},
 			&cli.IntFlag{Name: "offset"},
-			&cli.StringFlag{Name: "hints", Usage: "oracle: put the oracle's skill about an expert run of the same task in context"},
+			&cli.StringFlag{Name: "hints", Usage: "oracle: put the oracle's skill about an expert run of the same task in context; oracle-other: about a training task of the same family and goal object (does the knowledge transfer?)"},
 			&cli.Float64Flag{Name: "temperature", Value: 0},
+			&cli.IntFlag{Name: "group", Value: 1, Usage: "play each task this many times (use with --temperature 1): prints how alike a group's openings are and the share of flat groups"},
 			&cli.IntFlag{Name: "max-tokens", Value: 48},
 			&cli.StringFlag{Name: "mode", Usage: "chat or window (default: what the model was bootstrapped for, else chat)"},
 			&cli.IntFlag{Name: "max-steps", Value: 20, Usage: "episode step limit (20: the embedded default's; 0: the environment's own)"},
@@ -213,7 +218,7 @@ func evalCommand() *cli.Command {
 			}
 			res, err := basemodel.Evaluate(c.Context, basemodel.EvalConfig{
 				ModelDir: c.String("model"), Env: c.String("env"), Split: split, Episodes: c.Int("episodes"), Offset: c.Int("offset"),
-				Hints: c.String("hints"), Temperature: c.Float64("temperature"), MaxTokens: c.Int("max-tokens"), Mode: c.String("mode"), Seed: 1, MaxSteps: c.Int("max-steps"), EnvOptions: opts,
+				Hints: c.String("hints"), Group: c.Int("group"), Temperature: c.Float64("temperature"), MaxTokens: c.Int("max-tokens"), Mode: c.String("mode"), Seed: 1, MaxSteps: c.Int("max-steps"), EnvOptions: opts,
 			}, log, progressLine(c.App.ErrWriter, "eval", c.Int("max-steps")))
 			if err != nil {
 				return cli.Exit("eval: "+err.Error(), 1)
@@ -230,6 +235,24 @@ func evalCommand() *cli.Command {
 			w := c.App.Writer
 			fmt.Fprintf(w, "%s %s, %d episodes, %s: success %.1f%%, mean steps %.1f, invalid actions %.1f%% (%s)\n",
 				c.String("env"), split, res.Metrics.Episodes, hints, 100*res.Metrics.Success, res.Metrics.MeanSteps, 100*res.Metrics.InvalidRate, res.Elapsed.Round(time.Second))
+			if c.Int("group") > 1 {
+				m := res.Metrics
+				fmt.Fprintf(w, "groups of %d at T=%g: first-action agreement %.2f, median distinct first places %.1f, flat failing %.1f%%, flat winning %.1f%%\n",
+					c.Int("group"), c.Float64("temperature"), m.FirstActionAgreement, m.FirstPlaces, 100*m.FlatFailing, 100*m.FlatWinning)
+			}
+			if res.Donors != nil {
+				won, n := 0, 0
+				for _, t := range res.Trajs {
+					if _, ok := res.Donors[t.Task.ID]; ok {
+						n++
+						if t.Won {
+							won++
+						}
+					}
+				}
+				fmt.Fprintf(w, "%d of %d tasks had a donor (a training task of the same family and goal object); on them: success %.1f%% (%d/%d)\n",
+					len(res.Donors), res.Metrics.Episodes/max(1, c.Int("group")), 100*float64(won)/float64(max(n, 1)), won, n)
+			}
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "FAMILY\tWON\tEPISODES\tSUCCESS")
 			for _, f := range res.Families() {

@@ -74,6 +74,10 @@ func defaultRunConfig(c *cli.Context, log zerolog.Logger) (orchestrator.Config, 
 	cfg := orchestrator.Default()
 	if c.String("model") != "" {
 		cfg.Model = c.String("model")
+		if r, ok := basemodel.ReadRecipe(cfg.Model); ok {
+			// A bootstrapped model: prompt it as it was trained.
+			cfg.Rollout.Mode, cfg.Rollout.Window, cfg.Rollout.PlacesLine = r.Mode, r.Window, r.Corpus.PlacesLine
+		}
 		return cfg, nil
 	}
 	r, err := basemodel.DefaultRecipe("household", "tiny")
@@ -88,7 +92,7 @@ func defaultRunConfig(c *cli.Context, log zerolog.Logger) (orchestrator.Config, 
 		fmt.Fprintf(c.App.Writer, "built the household base model at %s\n", dir)
 	}
 	cfg.Model = dir
-	cfg.Rollout.Mode, cfg.Rollout.Window = r.Mode, r.Window
+	cfg.Rollout.Mode, cfg.Rollout.Window, cfg.Rollout.PlacesLine = r.Mode, r.Window, r.Corpus.PlacesLine
 	return cfg, nil
 }
 

@@ -534,3 +534,66 @@ func TestPlacementPrior(t *testing.T) {
 		}
 	}
 }
+
+// TestRandomSearchExpert: the expert that picks its next place at random
+// among those not searched yet solves about as many tasks as the ordered
+// one (the order of a search does not know where things are), never goes
+// back to a place it searched while empty-handed, and opens one task in
+// many places over seeds.
+func TestRandomSearchExpert(t *testing.T) {
+	ctx := context.Background()
+	tasks, _ := builtin{}.Tasks(envadapters.Train, 100)
+	e := newEnv(t)
+	wins, firstPlaces := 0, 0
+	for i, task := range tasks {
+		firsts := map[string]bool{}
+		for seed := range 8 {
+			st, err := e.Reset(ctx, task)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, err := NewRandomSearchExpert(e, uint64(100*i+seed), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			searched, first := map[string]bool{}, ""
+			for !st.Done {
+				a, err := x.Act()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p, ok := strings.CutPrefix(a, "go to "); ok && e.held == nil {
+					if first == "" {
+						first = p
+					}
+					if searched[p] && x.visibleGoalPlace() != p {
+						t.Fatalf("task %s seed %d: went back to %s, searched already", task.ID, seed, p)
+					}
+				}
+				st, _ = e.Step(ctx, a)
+				if rc := e.at; rc != nil && (!rc.openable || rc.open) {
+					searched[rc.name] = true
+				}
+			}
+			if st.Won {
+				wins++
+			}
+			firsts[first] = true
+		}
+		firstPlaces += len(firsts)
+	}
+	rate, meanFirsts := float64(wins)/float64(8*len(tasks)), float64(firstPlaces)/float64(len(tasks))
+	t.Logf("random search expert wins %.0f%% of %d episodes; %.1f distinct first places per task over 8 seeds", 100*rate, 8*len(tasks), meanFirsts)
+	if rate < 0.6 || meanFirsts < 4 {
+		t.Errorf("random search expert: wins %.2f, %.1f distinct first places per task", rate, meanFirsts)
+	}
+}
+
+// visibleGoalPlace names where the expert has seen a goal object ("" if
+// nowhere): going back there is no repeat of a search.
+func (x *SearchExpert) visibleGoalPlace() string {
+	if _, rc := x.visibleGoal(); rc != nil {
+		return rc.name
+	}
+	return ""
+}

@@ -33,6 +33,9 @@ type SearchExpert struct {
 	Random bool
 	seen   map[*recep]bool
 	order  []*recep
+	// anyOrder picks the next place to search uniformly among those not
+	// searched yet (NewRandomSearchExpert) instead of the first in order.
+	anyOrder bool
 }
 
 // NewSearchExpert returns a searching expert for a reset env that looks in
@@ -69,6 +72,21 @@ func NewOrderedSearchExpert(e envadapters.Env, seed uint64, noise float64, order
 		return len(order)
 	}
 	sort.SliceStable(x.order, func(i, j int) bool { return pos(x.order[i]) < pos(x.order[j]) })
+	return x, nil
+}
+
+// NewRandomSearchExpert goes next to a place drawn uniformly among those
+// it has not searched yet (from its own stream, seeded by seed): a search
+// whose every step is a choice, as a prompt that lists all the places not
+// searched yet leaves it (rollout.PlacesAll). Demonstrations from it teach
+// a policy to spread its samples over the listed places rather than copy
+// one.
+func NewRandomSearchExpert(e envadapters.Env, seed uint64, noise float64) (*SearchExpert, error) {
+	x, err := newSearchExpert(e, seed, noise, false)
+	if err != nil {
+		return nil, err
+	}
+	x.anyOrder = true
 	return x, nil
 }
 
@@ -146,10 +164,17 @@ func (x *SearchExpert) explore() (string, error) {
 	if rc := e.at; rc != nil && rc.openable && !rc.open && !x.seen[rc] {
 		return "open " + rc.name, nil
 	}
+	var left []*recep
 	for _, rc := range x.order {
 		if !x.seen[rc] && rc != e.at {
-			return "go to " + rc.name, nil
+			if !x.anyOrder {
+				return "go to " + rc.name, nil
+			}
+			left = append(left, rc)
 		}
+	}
+	if len(left) > 0 {
+		return "go to " + left[x.r.IntN(len(left))].name, nil
 	}
 	return "look", nil // everything searched: nothing left to learn
 }
