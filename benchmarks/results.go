@@ -99,6 +99,9 @@ type Figures struct {
 	Main        map[string]map[string]Stat `json:"t1_main"`       // algo → seen/unseen/score → %
 	ShareSeen   map[string]map[string]Stat `json:"t2_share_seen"` // algo → share → %
 	ShareNeeded string                     `json:"t2_seed_share_to_match_grpo_full"`
+	// SeedMinusGRPO is, per share, SEED there minus GRPO with all the
+	// training tasks, with a paired bootstrap interval (PairedCI).
+	SeedMinusGRPO map[string]PairedCI `json:"t2_seed_minus_grpo_full_ci,omitempty"`
 	Families    map[string]map[string]Stat `json:"t3_unseen_by_family"` // algo → family → %
 	Cost        map[string]map[string]Stat `json:"t4_cost_s"`           // algo → phase → seconds per iteration
 	CostRatio   float64                    `json:"t4_seed_over_grpo_iteration_time"`
@@ -197,6 +200,7 @@ func Summarize(outs []Outcome) Figures {
 	}
 	f.RunsTotal = (time.Duration(total) * time.Second).String()
 	f.Main, f.ShareSeen, f.Families, f.Cost, f.Diagnostics, f.Exploration = stats(collect), stats(share), stats(fam), stats(cost), stats(diag), stats(explore)
+	f.SeedMinusGRPO = seedVsGRPO(outs)
 	f.ShareNeeded = "not reached"
 	if g, ok := f.ShareSeen[orchestrator.AlgoGRPO]["100%"]; ok {
 		var shares []string
@@ -319,6 +323,15 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "\nShare of training tasks SEED needs to reach GRPO's 100%% score: **%s**.\n", f.ShareNeeded)
+	if len(f.SeedMinusGRPO) > 0 {
+		b.WriteString("\nSEED at each share minus GRPO with all the tasks, eval-seen points, with a 95% paired bootstrap interval (runs paired by seed, outcomes by eval task; seeds and tasks resampled):\n\n| share | SEED − GRPO@100% | seeds × tasks |\n|---|---|---|\n")
+		keys := sortedKeys(f.SeedMinusGRPO)
+		sort.Slice(keys, func(i, j int) bool { return pct(keys[i]) < pct(keys[j]) })
+		for _, k := range keys {
+			c := f.SeedMinusGRPO[k]
+			fmt.Fprintf(&b, "| %s | %s | %d × %d |\n", k, c, c.Seeds, c.Tasks)
+		}
+	}
 	b.WriteString("\n## T3 eval-unseen success per task family\n\n| family | GRPO | SEED |\n|---|---|---|\n")
 	famSet := map[string]bool{}
 	for _, a := range compared {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seedctl/seedctl/envadapters"
 	_ "github.com/seedctl/seedctl/envadapters/household" // Validate asks built-ins to check their options
 	"github.com/seedctl/seedctl/internal/tfevents"
 	"github.com/seedctl/seedctl/rollout"
@@ -462,5 +463,16 @@ func TestMetricsAreTensorBoardScalars(t *testing.T) {
 				t.Errorf("event %d %s = %v, want %v", i, tag, ev.Values[tag], float32(v))
 			}
 		}
+	}
+}
+
+// TestWinString: one character per eval task in split order, '1' where a
+// trajectory of the task won, whatever order the trajectories came in.
+func TestWinString(t *testing.T) {
+	task := func(i int) envadapters.Task { return envadapters.Task{ID: fmt.Sprintf("household/eval_seen/%d", i)} }
+	tasks := []envadapters.Task{task(0), task(1), task(2), task(3)}
+	trajs := []*rollout.Trajectory{{Task: task(2), Won: true}, {Task: task(0)}, {Task: task(1), Won: true}, {Task: task(1)}}
+	if got := winString(tasks, trajs); got != "0110" {
+		t.Errorf("winString = %q, want 0110 (task 3 played nothing)", got)
 	}
 }

@@ -67,6 +67,12 @@ type EvalPoint struct {
 	Episodes       int                `json:"episodes"`
 	SeenByFamily   map[string]float64 `json:"seen_by_family"`
 	UnseenByFamily map[string]float64 `json:"unseen_by_family"`
+	// SeenWins and UnseenWins are the per-task outcomes, one character per
+	// eval task in split order ('1' won, '0' not): what paired comparisons
+	// between runs on the same tasks (benchmarks' bootstrap intervals)
+	// resample.
+	SeenWins   string `json:"seen_wins,omitempty"`
+	UnseenWins string `json:"unseen_wins,omitempty"`
 }
 
 // Result is a finished run.
@@ -349,10 +355,11 @@ func (r *run) evaluate(ctx context.Context, k int) (*EvalPoint, error) {
 			return nil, fmt.Errorf("eval on %s: %w", split, err)
 		}
 		met := rollout.Summarize(trajs, time.Since(start))
+		wins := winString(tasks, trajs)
 		if split == envadapters.EvalSeen {
-			ep.Seen, ep.SeenScore, ep.SeenByFamily = met.Success, met.MeanScore, met.SuccessByFamily
+			ep.Seen, ep.SeenScore, ep.SeenByFamily, ep.SeenWins = met.Success, met.MeanScore, met.SuccessByFamily, wins
 		} else {
-			ep.Unseen, ep.UnseenScore, ep.UnseenByFamily = met.Success, met.MeanScore, met.SuccessByFamily
+			ep.Unseen, ep.UnseenScore, ep.UnseenByFamily, ep.UnseenWins = met.Success, met.MeanScore, met.SuccessByFamily, wins
 		}
 		lines = append(lines, MetricsLine{Kind: "eval", Iteration: k, Time: time.Now(), Split: string(split), PerFamily: met.SuccessByFamily,
 			Values: map[string]float64{"success": met.Success, "score": met.MeanScore, "mean_steps": met.MeanSteps, "invalid_rate": met.InvalidRate, "episodes": float64(met.Episodes)}})
@@ -362,6 +369,23 @@ func (r *run) evaluate(ctx context.Context, k int) (*EvalPoint, error) {
 	}
 	r.log.Info().Int("iteration", k).Float64("seen", ep.Seen).Float64("unseen", ep.Unseen).Msg("eval")
 	return ep, nil
+}
+
+// winString is EvalPoint.SeenWins for tasks: '1' where a trajectory of
+// the task won.
+func winString(tasks []envadapters.Task, trajs []*rollout.Trajectory) string {
+	won := map[string]bool{}
+	for _, t := range trajs {
+		won[t.Task.ID] = won[t.Task.ID] || t.Won
+	}
+	b := make([]byte, len(tasks))
+	for i, t := range tasks {
+		b[i] = '0'
+		if won[t.ID] {
+			b[i] = '1'
+		}
+	}
+	return string(b)
 }
 
 // progress prints rollout or analysis progress at most every 2 s, with an
