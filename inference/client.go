@@ -55,6 +55,14 @@ func (e *statusError) Error() string {
 
 func (e *statusError) Unwrap() error { return ErrServer }
 
+// IsRequestError says whether err is a server's refusal of the request
+// itself (a 4xx other than 429: too long, malformed): sending it elsewhere
+// would be refused too, and the endpoint is not at fault.
+func IsRequestError(err error) bool {
+	var se *statusError
+	return errors.As(err, &se) && se.status/100 == 4 && !retryable(se.status)
+}
+
 func retryable(status int) bool {
 	return status == http.StatusTooManyRequests || status >= 500
 }

@@ -78,6 +78,69 @@ type BackendConfig struct {
 	Colocated bool `json:"colocated,omitempty"`
 	// MaxInFlight bounds requests sent to the server at once (0: 64).
 	MaxInFlight int `json:"max_in_flight,omitempty"`
+	// Endpoints, instead of base_url, lists several running servers of
+	// the kind (one per GPU, or one per tensor-parallel group) that serve
+	// the same policy: requests go to the one with the least outstanding
+	// work (a task's group to one server, for its prefix cache), every one
+	// is published to before the next iteration, and one that fails after
+	// retries is dropped with a log line (the run stops when none is left).
+	Endpoints []string `json:"endpoints,omitempty"`
+	// ServedDirs are the endpoints' served folders for vLLM reload
+	// publishing, one per endpoint, in order (never shared: each publish
+	// rewrites its folder). One served_dir with several endpoints is
+	// refused.
+	ServedDirs []string `json:"served_dirs,omitempty"`
+}
+
+// URLs lists the backend's servers: base_url, or endpoints.
+func (b BackendConfig) URLs() []string {
+	if len(b.Endpoints) > 0 {
+		return b.Endpoints
+	}
+	if b.BaseURL != "" {
+		return []string{b.BaseURL}
+	}
+	return nil
+}
+
+// validateEndpoints checks the several-servers settings.
+func (b BackendConfig) validateEndpoints(model string) error {
+	if len(b.Endpoints) == 0 {
+		if len(b.ServedDirs) > 0 {
+			return errors.New("config: backend.served_dirs goes with backend.endpoints (one server: backend.served_dir)")
+		}
+		return nil
+	}
+	switch {
+	case b.Kind == "embedded":
+		return errors.New("config: backend.endpoints lists running vllm or sglang servers; the embedded backend starts its own")
+	case b.BaseURL != "":
+		return errors.New("config: set backend.base_url (one server) or backend.endpoints (several), not both")
+	case len(b.Launch) > 0:
+		return errors.New("config: backend.launch starts one server; with backend.endpoints start them yourself (one per GPU) and list their URLs")
+	case b.ServedDir != "":
+		return errors.New("config: several endpoints cannot share backend.served_dir (each publish rewrites it); give each its own in backend.served_dirs")
+	case b.Kind == "vllm" && b.VLLMPublish != "lora" && len(b.ServedDirs) != len(b.Endpoints):
+		return fmt.Errorf("config: vllm reload publishing with %d endpoints needs %d backend.served_dirs (one per endpoint, in order), got %d", len(b.Endpoints), len(b.Endpoints), len(b.ServedDirs))
+	case b.Kind != "vllm" && len(b.ServedDirs) > 0:
+		return fmt.Errorf("config: backend.served_dirs is for vllm reload publishing, not %s", b.Kind)
+	}
+	seen := map[string]bool{}
+	for i, u := range b.Endpoints {
+		if u == "" || seen[u] {
+			return fmt.Errorf("config: backend.endpoints[%d] %q is empty or listed twice", i, u)
+		}
+		seen[u] = true
+	}
+	dirs := map[string]bool{}
+	for i, d := range b.ServedDirs {
+		d = filepath.Clean(d)
+		if d == "." || dirs[d] || d == filepath.Clean(model) {
+			return fmt.Errorf("config: backend.served_dirs[%d] %q is empty, listed twice or the model folder", i, b.ServedDirs[i])
+		}
+		dirs[d] = true
+	}
+	return nil
 }
 
 // AnalyzerConfig is the stage-1 analyzer.
@@ -510,9 +573,11 @@ func (c Config) Validate() error {
 		return errors.New("config: an agentgym env needs env.url and env.split_sizes.train")
 	case c.Backend.Kind != "embedded" && c.Backend.Kind != "vllm" && c.Backend.Kind != "sglang":
 		return fmt.Errorf("config: backend.kind %q: want embedded, vllm or sglang", c.Backend.Kind)
-	case c.Backend.Kind != "embedded" && c.Backend.BaseURL == "":
-		return fmt.Errorf("config: backend.base_url is required for %s", c.Backend.Kind)
-	case c.Backend.Kind == "vllm" && c.Backend.VLLMPublish != "lora" && c.Backend.ServedDir == "":
+	case c.Backend.Kind != "embedded" && c.Backend.BaseURL == "" && len(c.Backend.Endpoints) == 0:
+		return fmt.Errorf("config: backend.base_url (or backend.endpoints) is required for %s", c.Backend.Kind)
+	case c.Backend.validateEndpoints(c.Model) != nil:
+		return c.Backend.validateEndpoints(c.Model)
+	case c.Backend.Kind == "vllm" && c.Backend.VLLMPublish != "lora" && c.Backend.ServedDir == "" && len(c.Backend.Endpoints) == 0:
 		return errors.New("config: backend.served_dir is required for vllm reload publishing (a scratch copy of the base checkpoint that vLLM serves from)")
 	case c.Backend.ServedDir != "" && filepath.Clean(c.Backend.ServedDir) == filepath.Clean(c.Model):
 		return errors.New("config: backend.served_dir must not be the model folder (publishing overwrites its weights)")

@@ -48,6 +48,23 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{func(c *Config) { c.Env.Options = map[string]string{"placement_prior": "1.5"} }, "placement_prior"},
 		{func(c *Config) { c.Env.Options = map[string]string{"colour": "red"} }, "env.options"},
 		{func(c *Config) { c.Env.Options = map[string]string{"max_steps": "30"} }, "env.max_steps"},
+		{func(c *Config) { c.Backend.Endpoints = []string{"http://a:1"} }, "endpoints lists running vllm or sglang"},
+		{func(c *Config) {
+			c.Backend.Kind, c.Backend.BaseURL, c.Backend.Endpoints = "sglang", "http://a:1", []string{"http://b:1"}
+		}, "not both"},
+		{func(c *Config) { c.Backend.Kind, c.Backend.Endpoints = "sglang", []string{"http://a:1", "http://a:1"} }, "listed twice"},
+		{func(c *Config) {
+			c.Backend.Kind, c.Backend.Endpoints, c.Backend.ServedDir = "vllm", []string{"http://a:1", "http://b:1"}, "/s"
+		}, "cannot share backend.served_dir"},
+		{func(c *Config) {
+			c.Backend.Kind, c.Backend.Endpoints, c.Backend.ServedDirs = "vllm", []string{"http://a:1", "http://b:1"}, []string{"/s0"}
+		}, "needs 2 backend.served_dirs"},
+		{func(c *Config) {
+			c.Backend.Kind, c.Backend.Endpoints, c.Backend.ServedDirs = "vllm", []string{"http://a:1", "http://b:1"}, []string{"/s0", "/s0/"}
+		}, "served_dirs[1]"},
+		{func(c *Config) {
+			c.Backend.Kind, c.Backend.BaseURL, c.Backend.ServedDirs = "sglang", "http://a:1", []string{"/s0"}
+		}, "served_dirs goes with backend.endpoints"},
 	}
 	for _, tc := range tests {
 		c := validConfig()
@@ -64,6 +81,14 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	c.Env.Options = map[string]string{"placement_prior": "0.8"}
 	if err := c.Validate(); err != nil {
 		t.Errorf("household with a placement prior: %v", err)
+	}
+	c = validConfig()
+	c.Backend = BackendConfig{Kind: "vllm", Endpoints: []string{"http://gpu0:8000", "http://gpu1:8000"}, ServedDirs: []string{"/scratch/s0", "/scratch/s1"}}
+	if err := c.Validate(); err != nil {
+		t.Errorf("two vLLM endpoints, a served folder each: %v", err)
+	}
+	if got := c.Backend.URLs(); len(got) != 2 || got[1] != "http://gpu1:8000" {
+		t.Errorf("URLs %v", got)
 	}
 	c = validConfig()
 	c.Rollout.Temperature = 0.7

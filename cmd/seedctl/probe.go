@@ -41,17 +41,23 @@ func probeConfig(ctx context.Context, w io.Writer, file string, cfg orchestrator
 	case len(b.Launch) > 0:
 		fmt.Fprintf(w, "%s: probe backend: %s started by the run from backend.launch (not probed)\n", file, b.Kind)
 	default:
-		ic := backendConfig(b, 5*time.Second)
-		ic.RequestTimeout = 30 * time.Second
-		be, err := inference.NewRemote(ic, log)
-		if err != nil {
-			report("backend", inference.ProbeCheck{Name: "config", Err: err})
-			break
+		for _, u := range b.URLs() {
+			ic := backendConfig(b, 5*time.Second)
+			ic.BaseURL, ic.RequestTimeout = u, 30*time.Second
+			target := "backend"
+			if len(b.Endpoints) > 0 {
+				target = "backend " + u
+			}
+			be, err := inference.NewRemote(ic, log)
+			if err != nil {
+				report(target, inference.ProbeCheck{Name: "config", Err: err})
+				continue
+			}
+			for _, c := range inference.Probe(ctx, be, probeIDs) {
+				report(target, c)
+			}
+			be.Close()
 		}
-		for _, c := range inference.Probe(ctx, be, probeIDs) {
-			report("backend", c)
-		}
-		be.Close()
 	}
 	if a := cfg.Stage1.Analyzer; a.Kind == "external" && cfg.UsesStage1Analyzer() {
 		cc := inference.DefaultChatConfig(a.BaseURL, a.Model)

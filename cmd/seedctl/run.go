@@ -36,6 +36,25 @@ func backendConfig(cfg orchestrator.BackendConfig, retryFor time.Duration) infer
 	return ic
 }
 
+// remotePool is a pool of cfg.Endpoints, each a remote backend of ic's
+// kind with its own served folder (cfg.ServedDirs, vLLM reload).
+func remotePool(cfg orchestrator.BackendConfig, ic inference.Config, log zerolog.Logger) (*inference.Pool, error) {
+	bs := make([]inference.Backend, len(cfg.Endpoints))
+	for i, u := range cfg.Endpoints {
+		ici := ic
+		ici.BaseURL = u
+		if i < len(cfg.ServedDirs) {
+			ici.ServedDir = cfg.ServedDirs[i]
+		}
+		b, err := inference.NewRemote(ici, log.With().Str("endpoint", u).Logger())
+		if err != nil {
+			return nil, fmt.Errorf("backend.endpoints[%d] %s: %w", i, u, err)
+		}
+		bs[i] = b
+	}
+	return inference.NewPool(cfg.Endpoints, bs, log)
+}
+
 // openBackendFor makes the orchestrator's backend opener for a config.
 func openBackendFor(cfg orchestrator.BackendConfig, retryFor time.Duration, log zerolog.Logger) func(ctx context.Context, dir string) (inference.Backend, error) {
 	return func(ctx context.Context, dir string) (inference.Backend, error) {
@@ -55,6 +74,13 @@ func openBackendFor(cfg orchestrator.BackendConfig, retryFor time.Duration, log 
 				err = b.Publish(ctx, dir, filepath.Base(dir))
 			}
 			return b, err
+		case len(cfg.Endpoints) > 0:
+			// Several running servers: a pool, every one made to serve dir.
+			p, err := remotePool(cfg, ic, log)
+			if err == nil {
+				err = p.Publish(ctx, dir, filepath.Base(dir))
+			}
+			return p, err
 		default:
 			// A running server: make it serve dir (a resumed run's
 			// checkpoint, or the base model again, which is harmless).
