@@ -90,6 +90,29 @@ type BackendConfig struct {
 	// rewrites its folder). One served_dir with several endpoints is
 	// refused.
 	ServedDirs []string `json:"served_dirs,omitempty"`
+	// VerifyTolerance bounds, after each publish, how far any token's
+	// log-prob in a probe sequence as served may be from the trainer's for
+	// the weights just saved (inference.VerifyServed, every endpoint): a
+	// server that kept old weights (vLLM #32718), serves another folder or
+	// restarted on the base model fails the run instead of sampling from
+	// the wrong policy. 0: 1e-3 for the embedded server (same fp32 code),
+	// 0.25 for vLLM/SGLang (bf16 kernels); negative: off. Checked only at
+	// rollout temperature 1, where the trainer's log-probs are the
+	// server's. One update moves a probe's log-probs by less than the
+	// remote tolerance, so a server one publish behind can pass; one
+	// serving weights many updates old or another model does not.
+	VerifyTolerance float64 `json:"verify_tolerance,omitempty"`
+}
+
+// verifyTolerance is VerifyTolerance with its default resolved.
+func (b BackendConfig) verifyTolerance() float64 {
+	switch {
+	case b.VerifyTolerance != 0:
+		return b.VerifyTolerance
+	case b.Kind == "embedded":
+		return 1e-3
+	}
+	return 0.25
 }
 
 // URLs lists the backend's servers: base_url, or endpoints.

@@ -96,6 +96,8 @@ type run struct {
 	backend inference.Backend
 	policy  *rollout.Policy
 	learner Learner
+	// verifyWarned: verifyServed said once why it does not check.
+	verifyWarned bool
 	log     zerolog.Logger
 	start   time.Time
 	// lastSave is when this process last saved the state (State.Seconds).
@@ -280,6 +282,8 @@ func (r *run) serve(ctx context.Context, dir string) error {
 		r.backend = b
 	} else if err := r.backend.Publish(ctx, dir, filepath.Base(dir)); err != nil {
 		return fmt.Errorf("publishing %s: %w", dir, err)
+	} else if err := r.verifyServed(ctx, filepath.Base(dir)); err != nil {
+		return err
 	}
 	if r.policy != nil {
 		return nil // checkpoints keep the tokenizer and chat template: no need to re-read them
@@ -289,6 +293,52 @@ func (r *run) serve(ctx context.Context, dir string) error {
 		return err
 	}
 	r.policy = p
+	return nil
+}
+
+// probeText is what verifyServed scores: any text the tokenizer encodes.
+const probeText = "You are in the middle of a room. Your task is to: put a clean mug in cabinet. You arrive at cabinet 1. The cabinet 1 is closed."
+
+// verifyServed checks that every server serves the learner's current
+// weights (BackendConfig.VerifyTolerance): the served log-probs of a probe
+// against the learner's own.
+func (r *run) verifyServed(ctx context.Context, version string) error {
+	tol := r.cfg.Backend.verifyTolerance()
+	if tol < 0 || r.learner == nil || r.policy == nil {
+		return nil
+	}
+	if r.cfg.Rollout.Temperature != 1 {
+		if !r.verifyWarned {
+			r.verifyWarned = true
+			r.log.Warn().Float64("temperature", r.cfg.Rollout.Temperature).Msg("published weights are not verified: the trainer scores at the rollout temperature, servers at 1")
+		}
+		return nil
+	}
+	probe, err := r.policy.Tok.Encode(probeText)
+	if err != nil {
+		return fmt.Errorf("verifying %s: encoding the probe: %w", version, err)
+	}
+	lp, err := r.learner.Rescore(ctx, [][]int{probe})
+	if err != nil {
+		return fmt.Errorf("verifying %s: the trainer's log-probs: %w", version, err)
+	}
+	want := make([]float64, len(lp[0]))
+	for i, v := range lp[0] {
+		want[i] = float64(v)
+	}
+	check := func(ctx context.Context, name string, b inference.Backend) error {
+		if err := inference.VerifyServed(ctx, b, probe, want, tol); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	}
+	if p, ok := r.backend.(*inference.Pool); ok {
+		// A server that fails is dropped; the rest must pass.
+		return p.Each(ctx, "verifying "+version, check)
+	}
+	if err := check(ctx, "the inference server", r.backend); err != nil {
+		return fmt.Errorf("after publishing %s: %w", version, err)
+	}
 	return nil
 }
 
@@ -708,7 +758,7 @@ func (r *run) iterate(ctx context.Context, k int) error {
 
 	vals["success"], vals["mean_return"], vals["mean_steps"], vals["invalid_rate"] = met.Success, met.MeanReturn, met.MeanSteps, met.InvalidRate
 	vals["score"], vals["tokens_generated"], vals["episodes"] = met.MeanScore, float64(met.TokensGenerated), float64(met.Episodes)
-	vals["first_action_agreement"] = met.FirstActionAgreement
+	vals["first_action_agreement"], vals["first_places"] = met.FirstActionAgreement, met.FirstPlaces
 	vals["iteration_s"] = time.Since(t0).Seconds()
 	lines := []MetricsLine{{Kind: "iteration", Iteration: k, Time: time.Now(), Values: vals, PerFamily: met.SuccessByFamily}}
 	if err := appendMetrics(r.dir.metrics(), lines...); err != nil {

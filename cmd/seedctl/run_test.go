@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -146,6 +147,33 @@ func TestRunEndToEndTinyModel(t *testing.T) {
 }
 
 func itoa(k int) string { b, _ := json.Marshal(k); return string(b) }
+
+// stalePublisher acknowledges publishes and ignores them, as a vLLM that
+// keeps its old weights after reload_weights does (vLLM #32718).
+type stalePublisher struct{ inference.Backend }
+
+func (stalePublisher) Publish(context.Context, string, string) error { return nil }
+
+// TestRunStopsOnStaleWeights: after each publish the run compares the
+// served log-probs of a probe with the trainer's; a server that kept the
+// old weights stops the run at the first publish, naming why, instead of
+// sampling the next iteration from the wrong policy.
+func TestRunStopsOnStaleWeights(t *testing.T) {
+	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
+	open := openBackendFor(cfg.Backend, 0, zerolog.Nop())
+	deps := orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(),
+		OpenBackend: func(ctx context.Context, dir string) (inference.Backend, error) {
+			b, err := open(ctx, dir)
+			if err != nil {
+				return nil, err
+			}
+			return stalePublisher{b}, nil
+		}}
+	_, err := orchestrator.Start(context.Background(), cfg, deps)
+	if !errors.Is(err, inference.ErrStaleWeights) || !strings.Contains(err.Error(), "iter-1") {
+		t.Fatalf("a server that kept its weights: %v", err)
+	}
+}
 
 // The shipped GPU configs parse and validate (they cannot run here).
 func TestShippedConfigsCheck(t *testing.T) {
