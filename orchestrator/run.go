@@ -98,8 +98,8 @@ type run struct {
 	learner Learner
 	// verifyWarned: verifyServed said once why it does not check.
 	verifyWarned bool
-	log     zerolog.Logger
-	start   time.Time
+	log          zerolog.Logger
+	start        time.Time
 	// lastSave is when this process last saved the state (State.Seconds).
 	lastSave time.Time
 	pool     []envadapters.Task
