@@ -63,6 +63,7 @@ bench-throughput:
     mkdir -p bench/results
     { go test ./trainer -run '^$' -bench TrainStep -benchtime 20x
       go test ./trainer -run '^$' -bench MicroBatch -benchtime 3x
+      go test ./trainer -run '^$' -bench Recompute -benchtime 10x
       go test ./trainer -run '^$' -bench BLASCore -benchtime 2x
       go test ./inference/server -run '^$' -bench Serve -benchtime 1x
       go test ./inference/server -run '^$' -bench SampleQwenVocab -benchtime 20x

@@ -304,6 +304,14 @@ type RLConfig struct {
 	// MicroBatchTokens bounds the padded tokens of one forward/backward;
 	// gradients accumulate over a mini-batch's micro-batches.
 	MicroBatchTokens int `json:"micro_batch_tokens"`
+	// Recompute is activation recomputation in the trainer (per decoder
+	// layer: only each layer's input is kept, the layer is recomputed in
+	// the backward pass; the same gradients for about one more forward):
+	// "" (auto: on for policies of trainer.RecomputeAutoParams parameters
+	// or more, where activations, not compute, bound the micro-batch),
+	// "on" or "off". Ours: verl and OpenRLHF turn it on for their GPU
+	// recipes the same way.
+	Recompute string `json:"recompute,omitempty"`
 	// MaxRefusals stops the run after this many non-finite steps in a row.
 	MaxRefusals int `json:"max_refusals"`
 	// Advantage is the granularity of GRPO's advantages: "step_rows" (every
@@ -628,6 +636,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: rollout.temperature %v must be positive (greedy groups are identical, and the trainer scores tokens at the sampling temperature)", c.Rollout.Temperature)
 	case c.RL.ServerOldLogP && c.Rollout.Temperature != 1:
 		return fmt.Errorf("config: rl.server_old_logp needs rollout.temperature 1, not %v: servers return log-probs of the unscaled distribution, the trainer's are at the sampling temperature", c.Rollout.Temperature)
+	case c.RL.Recompute != "" && c.RL.Recompute != "on" && c.RL.Recompute != "off":
+		return fmt.Errorf("config: rl.recompute %q: want on, off or empty (auto)", c.RL.Recompute)
 	case c.RL.LRSchedule != "" && c.RL.LRSchedule != LRConstant && c.RL.LRSchedule != LRCosine:
 		return fmt.Errorf("config: rl.lr_schedule %q: want %q or %q", c.RL.LRSchedule, LRConstant, LRCosine)
 	case c.RL.WarmupSteps < 0 || c.RL.MinLRFrac < 0 || c.RL.MinLRFrac > 1:

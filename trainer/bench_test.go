@@ -224,3 +224,48 @@ func BenchmarkMicroBatch(b *testing.B) {
 		b.ReportMetric(took[4096].Seconds()/took[mb].Seconds(), "x4096-mb"+strconv.Itoa(mb))
 	}
 }
+
+// BenchmarkRecompute is the TrainStep step (NLL forward and backward, the
+// benchmark's shape) with and without activation recomputation,
+// alternating in one run: recompute-ratio is the step time with it over
+// without (the cost of the second forward through the layers).
+func BenchmarkRecompute(b *testing.B) {
+	const batch, seq = 8, 256
+	cfg := benchConfig()
+	m, err := InitRandom(cfg, ModelOptions{}, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	r := rand.New(rand.NewPCG(0, 0))
+	in := Input{IDs: make([][]int, batch)}
+	targets := make([][]int, batch)
+	for i := range in.IDs {
+		in.IDs[i] = make([]int, seq)
+		for j := range in.IDs[i] {
+			in.IDs[i][j] = r.IntN(cfg.VocabSize)
+		}
+		targets[i] = append(append([]int(nil), in.IDs[i][1:]...), in.IDs[i][0])
+	}
+	step := func(on bool) time.Duration {
+		m.SetRecompute(on)
+		start := time.Now()
+		if _, err := m.NLLBackward(in, targets); err != nil {
+			b.Fatal(err)
+		}
+		m.ZeroGrad()
+		return time.Since(start)
+	}
+	step(false)
+	step(true) // warm-up
+	var plain, rec time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		plain += step(false)
+		rec += step(true)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*batch*seq)/plain.Seconds(), "tokens/s")
+	b.ReportMetric(float64(b.N*batch*seq)/rec.Seconds(), "recompute-tokens/s")
+	b.ReportMetric(rec.Seconds()/plain.Seconds(), "recompute-ratio")
+}

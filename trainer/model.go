@@ -77,6 +77,11 @@ type Model struct {
 	lmHead  *ts.Tensor // the embedding itself when tied
 	invFreq *ts.Tensor // float32 [head_dim/2]
 	params  []param    // every stored tensor, in a fixed order
+
+	// recompute: activation recomputation (SetRecompute); pending holds
+	// the forward pass whose backward is still to run.
+	recompute bool
+	pending   *recomputed
 }
 
 type block struct {
@@ -415,6 +420,9 @@ func (m *Model) run(flat []int64, pos []float32, b, t int64, mask *ts.Tensor, kv
 	ids := fromSlice(flat, []int64{b, t})
 	ids = must(ids.To(m.device, true))
 	cos, sin := m.rope(pos, b, t)
+	if m.recompute && kv == nil && gradEnabled() {
+		return m.runRecomputed(ids, cos, sin, mask)
+	}
 	defer drop(cos, sin)
 
 	x := must(ts.Embedding(m.embed, ids, -1, false, false))
@@ -427,6 +435,125 @@ func (m *Model) run(flat []int64, pos []float32, b, t int64, mask *ts.Tensor, kv
 	logits := linear(hN, m.lmHead, nil)
 	drop(hN)
 	return logits
+}
+
+// SetRecompute turns activation recomputation on or off. With it, a
+// forward pass that builds a graph (training) keeps only each decoder
+// layer's input, computed without a graph, plus the graph from the last
+// layer's output to the logits; the backward pass (afterBackward, run by
+// the training steps right after their loss's) recomputes one layer at a
+// time from its saved input and back-propagates through it. Activation
+// memory then holds one layer's graph instead of all of them, for the cost
+// of a second forward pass through the layers. Gradients are the same.
+func (m *Model) SetRecompute(on bool) { m.recompute = on }
+
+// RecomputeAutoParams is the policy size from which activation
+// recomputation is on when a config leaves it to the default: below it
+// (the tiny CPU models) the extra forward costs time for memory nobody
+// lacks.
+const RecomputeAutoParams = 100_000_000
+
+// RecomputeFor resolves a recomputation setting ("on", "off", or "" for
+// RecomputeAutoParams) for this model.
+func (m *Model) RecomputeFor(setting string) (bool, error) {
+	switch setting {
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	case "":
+		return m.NumParams() >= RecomputeAutoParams, nil
+	}
+	return false, fmt.Errorf("recompute %q: want on, off or empty (auto)", setting)
+}
+
+// Recompute reports whether activation recomputation is on.
+func (m *Model) Recompute() bool { return m.recompute }
+
+// recomputed is a forward pass run for recomputation: the token ids,
+// RoPE tables and mask, each layer's input, and the last layer's output as
+// a leaf the head's graph starts from.
+type recomputed struct {
+	ids, cos, sin, mask *ts.Tensor
+	inputs              []*ts.Tensor
+	last                *ts.Tensor
+}
+
+func (r *recomputed) free() {
+	drop(r.ids, r.cos, r.sin, r.mask, r.last)
+	drop(r.inputs...)
+	r.inputs = nil
+}
+
+// gradEnabled reports libtorch's grad mode on this thread.
+func gradEnabled() bool {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	prev, err := ts.GradSetEnabled(true)
+	must0(err)
+	_, err = ts.GradSetEnabled(prev)
+	must0(err)
+	return prev
+}
+
+// runRecomputed is run with activation recomputation; it takes ownership
+// of ids, cos and sin.
+func (m *Model) runRecomputed(ids, cos, sin, mask *ts.Tensor) *ts.Tensor {
+	if m.pending != nil { // a forward whose backward never ran (an error in between)
+		m.pending.free()
+		m.pending = nil
+	}
+	r := &recomputed{ids: ids, cos: cos, sin: sin, mask: must(mask.ShallowClone())}
+	withoutGrad(func() {
+		x := must(ts.Embedding(m.embed, ids, -1, false, false))
+		for li := range m.layers {
+			r.inputs = append(r.inputs, must(x.ShallowClone()))
+			x = m.layers[li].forward(x, cos, sin, r.mask, nil, li, m.cfg.RMSNormEps)
+		}
+		r.last = x
+	})
+	hL := must(r.last.Detach(false))
+	drop(r.last)
+	must0(hL.RequiresGrad_(true))
+	r.last = hL
+	m.pending = r
+	hN := rmsNorm(hL, m.norm, m.cfg.RMSNormEps)
+	logits := linear(hN, m.lmHead, nil)
+	drop(hN)
+	return logits
+}
+
+// afterBackward finishes a backward pass through a recomputed forward:
+// from the gradient at the last layer's output, each layer is recomputed
+// from its input (with a graph) and back-propagated, last to first, then
+// the embedding. A no-op without a pending recomputed forward.
+func (m *Model) afterBackward() {
+	r := m.pending
+	if r == nil {
+		return
+	}
+	m.pending = nil
+	defer r.free()
+	g := must(r.last.Grad(false))
+	if ok, _ := g.Defined(); !ok {
+		drop(g)
+		return // the loss did not reach the layers
+	}
+	for li := len(m.layers) - 1; li >= 0; li-- {
+		x := must(r.inputs[li].Detach(false))
+		must0(x.RequiresGrad_(true))
+		out := m.layers[li].forward(must(x.ShallowClone()), r.cos, r.sin, r.mask, nil, li, m.cfg.RMSNormEps)
+		sur := must(must(out.Mul(g, true)).Sum(gotch.Float, true))
+		must0(sur.Backward())
+		drop(sur, g)
+		gx := must(x.Grad(false))
+		g = must(gx.Detach(false))
+		drop(gx, x)
+	}
+	e := must(ts.Embedding(m.embed, r.ids, -1, false, false))
+	sur := must(must(e.Mul(g, true)).Sum(gotch.Float, true))
+	must0(sur.Backward())
+	drop(sur, g)
 }
 
 // kvStore supplies attention with the keys and values of earlier tokens.
@@ -602,6 +729,10 @@ func swapDrop(old, updated *ts.Tensor) *ts.Tensor {
 func (m *Model) Close() {
 	if m.vs == nil {
 		return
+	}
+	if m.pending != nil {
+		m.pending.free()
+		m.pending = nil
 	}
 	m.vs.Destroy()
 	drop(m.invFreq)

@@ -53,6 +53,7 @@ func (m *Model) nllBackward(in Input, targets [][]int, weights [][]float32, deno
 		return loss, fmt.Errorf("NLL step: loss is %v", loss)
 	}
 	must0(l.Backward())
+	m.afterBackward()
 	return loss, nil
 }
 

@@ -290,6 +290,20 @@ func groupPadded(order []int, length func(int) int, limit int) [][]int {
 // weights are untouched, gradients are cleared, and the error wraps
 // ErrNonFinite.
 func (m *Model) RLStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLStats, err error) {
+	if opt == nil {
+		return st, errors.New("rl step: no optimizer")
+	}
+	return m.rlStep(opt, batch, cfg)
+}
+
+// rlBackward accumulates the RL loss's gradients of batch without an
+// optimizer step (tests compare them).
+func (m *Model) rlBackward(batch []RLSequence, cfg RLConfig) (RLStats, error) {
+	return m.rlStep(nil, batch, cfg)
+}
+
+// rlStep is RLStep; with a nil optimizer it stops after the backward pass.
+func (m *Model) rlStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLStats, err error) {
 	defer pinThread()()
 	start := time.Now()
 	if err := cfg.Validate(); err != nil {
@@ -353,6 +367,9 @@ func (m *Model) RLStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLS
 	st.ClipFrac = float64(acc.clip) / float64(nTrain)
 	st.DualClipFrac = float64(acc.dualClip) / float64(nTrain)
 	st.Tokens, st.DistillTokens, st.Sequences = nTrain, nDistill, len(batch)
+	if opt == nil { // rlBackward: the gradients are the result
+		return st, nil
+	}
 	st.GradNorm, err = opt.Step(cfg.ClipNorm)
 	if err != nil {
 		return st, err
@@ -517,6 +534,7 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 	}
 	sur := must(prod.Sum(gotch.Float, true))
 	must0(sur.Backward())
+	m.afterBackward()
 	runtime.KeepAlive(wt)
 	runtime.KeepAlive(wet)
 	drop(sur, wt)

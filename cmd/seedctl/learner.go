@@ -30,6 +30,12 @@ func newLearner(device string) orchestrator.LearnerFactory {
 		if err != nil {
 			return nil, fmt.Errorf("loading the policy: %w", err)
 		}
+		rec, err := m.RecomputeFor(spec.RL.Recompute)
+		if err != nil {
+			m.Close()
+			return nil, err
+		}
+		m.SetRecompute(rec)
 		l := &gotchLearner{m: m, tokFrom: spec.Policy, maxTok: max(spec.RL.MicroBatchTokens, 2), wd: spec.RL.WeightDecay, temp: spec.Temperature}
 		l.rl = trainer.RLConfig{ClipEps: spec.RL.ClipEps, Lambda: spec.RL.Lambda, Beta: spec.RL.Beta, KLCoef: spec.RL.KLCoef, MicroBatchTokens: spec.RL.MicroBatchTokens, ClipNorm: spec.RL.ClipNorm, Temperature: spec.Temperature,
 			ClipRatioC: spec.RL.ClipRatioC, EntropyCoef: spec.RL.EntropyCoef}
