@@ -356,8 +356,14 @@ type RLConfig struct {
 // swing with the protocol (one public ALFWorld checkpoint: 37% or 95% on a
 // history-template detail), so every eval table prints it (Protocol).
 type EvalConfig struct {
-	Every    int `json:"every"`    // iterations between evaluations (0: start and end only)
-	Episodes int `json:"episodes"` // tasks of each eval split: the split's first ones, always the same
+	Every int `json:"every"` // iterations between evaluations (0: start and end only)
+	// PlateauPatience stops training early when eval-seen success has not
+	// beaten its best (the base evaluation's included) for this many
+	// evaluations in a row (needs every > 0; 0: run every iteration): how
+	// a run goes "until GRPO plateaus". The reason is printed and kept in
+	// state.json (stopped).
+	PlateauPatience int `json:"plateau_patience,omitempty"`
+	Episodes        int `json:"episodes"` // tasks of each eval split: the split's first ones, always the same
 	// Temperature samples eval actions (0: greedy). The public ALFWorld
 	// protocol samples at 0.4.
 	Temperature float64 `json:"temperature"`
@@ -662,6 +668,8 @@ func (c Config) Validate() error {
 		return errors.New("config: rl needs lr > 0, max_refusals >= 1, adv_eps > 0")
 	case c.RL.Lambda < 0 || c.RL.Beta <= 0 || c.RL.KLCoef < 0 || c.RL.ClipEps <= 0 || c.RL.ClipEps >= 1 || c.RL.MicroBatchTokens < 2:
 		return errors.New("config: rl needs lambda >= 0, beta > 0, kl_coef >= 0, clip_eps in (0, 1), micro_batch_tokens >= 2")
+	case c.Eval.PlateauPatience < 0 || c.Eval.PlateauPatience > 0 && (c.Eval.Every < 1 || c.Eval.Episodes < 1):
+		return fmt.Errorf("config: eval.plateau_patience %d needs eval.every and eval.episodes above 0 (got %d and %d)", c.Eval.PlateauPatience, c.Eval.Every, c.Eval.Episodes)
 	case c.Eval.Episodes < 0 || c.Eval.Every < 0 || c.Eval.Temperature < 0 || c.Eval.MaxSteps < 0 || c.Eval.Window < 0:
 		return errors.New("config: eval.every, eval.episodes, eval.temperature, eval.max_steps and eval.window must be >= 0")
 	case c.UsesSFT() && c.Stage1.Targets != TargetsAll && c.Stage1.Targets != TargetsEpisode:

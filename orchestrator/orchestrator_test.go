@@ -501,3 +501,25 @@ func TestWinString(t *testing.T) {
 		t.Errorf("winString = %q, want 0110 (task 3 played nothing)", got)
 	}
 }
+
+// TestPlateaued: training stops once eval-seen success has gone patience
+// evaluations without beating its best (ties do not count as progress),
+// and says where the best was.
+func TestPlateaued(t *testing.T) {
+	eval := func(k int, v float64) MetricsLine {
+		return MetricsLine{Kind: "eval", Iteration: k, Split: "eval_seen", Values: map[string]float64{"success": v}}
+	}
+	unseen := MetricsLine{Kind: "eval", Iteration: 8, Split: "eval_unseen", Values: map[string]float64{"success": 0.9}}
+	lines := []MetricsLine{eval(0, 0.20), eval(4, 0.30), {Kind: "iteration", Iteration: 5}, eval(8, 0.30), unseen}
+	if why := plateaued(lines, 2); why != "" {
+		t.Errorf("one evaluation without progress, patience 2: %q", why)
+	}
+	lines = append(lines, eval(12, 0.25))
+	why := plateaued(lines, 2)
+	if !strings.Contains(why, "30.0% after iteration 4") || !strings.Contains(why, "in 2 evaluations") {
+		t.Errorf("two evaluations without progress: %q", why)
+	}
+	if why := plateaued(append(lines, eval(16, 0.31)), 2); why != "" {
+		t.Errorf("a new best resets the count: %q", why)
+	}
+}

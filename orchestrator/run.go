@@ -98,8 +98,10 @@ type run struct {
 	learner Learner
 	// verifyWarned: verifyServed said once why it does not check.
 	verifyWarned bool
-	log          zerolog.Logger
-	start        time.Time
+	// lastEval is the latest periodic evaluation of this process.
+	lastEval *EvalPoint
+	log      zerolog.Logger
+	start    time.Time
 	// lastSave is when this process last saved the state (State.Seconds).
 	lastSave time.Time
 	pool     []envadapters.Task
@@ -215,7 +217,7 @@ func execute(ctx context.Context, cfg Config, deps Deps, dir runDir, st *State) 
 		return nil, fmt.Errorf("loading the learner: %w", err)
 	}
 	r.firstIter, r.loopStart = st.Iteration+1, time.Now()
-	for k := st.Iteration + 1; k <= cfg.Iterations; k++ {
+	for k := st.Iteration + 1; k <= cfg.Iterations && st.Stopped == ""; k++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -223,9 +225,14 @@ func execute(ctx context.Context, cfg Config, deps Deps, dir runDir, st *State) 
 			return nil, fmt.Errorf("iteration %d (state saved after iteration %d; resume with seedctl run --resume %s): %w", k, st.Iteration, dir, err)
 		}
 	}
+	if st.Stopped != "" {
+		r.printf("stopped after iteration %d of %d: %s\n", st.Iteration, cfg.Iterations, st.Stopped)
+	}
 	if st.FinalEval == nil {
 		ep := st.BaseEval
-		if cfg.Iterations > 0 || st.Stage1Done {
+		if r.lastEval != nil && r.lastEval.Iteration == st.Iteration {
+			ep = r.lastEval // the plateau's last evaluation is of this checkpoint
+		} else if cfg.Iterations > 0 || st.Stage1Done {
 			if ep, err = r.evaluate(ctx, st.Iteration); err != nil {
 				return nil, err
 			}
@@ -793,11 +800,43 @@ func (r *run) iterate(ctx context.Context, k int) error {
 		k, r.cfg.Iterations, 100*met.Success, met.MeanReturn, 100*met.InvalidRate, 100*vals["skill_share"], vals["gate_mean"], 100*vals["positive_shift"], upd,
 		time.Since(t0).Round(time.Second), vals["rollout_s"], vals["analysis_s"], vals["rescore_s"], vals["update_s"], eta.Round(time.Second))
 	if ev := r.cfg.Eval.Every; ev > 0 && k%ev == 0 && k < r.cfg.Iterations {
-		if _, err := r.evaluate(ctx, k); err != nil {
+		ep, err := r.evaluate(ctx, k)
+		if err != nil {
 			return err
+		}
+		r.lastEval = ep
+		if p := r.cfg.Eval.PlateauPatience; p > 0 {
+			lines, err := ReadMetrics(r.dir.metrics())
+			if err != nil {
+				return err
+			}
+			if why := plateaued(lines, p); why != "" {
+				r.st.Stopped = why
+				return r.saveState()
+			}
 		}
 	}
 	return nil
+}
+
+// plateaued says why training should stop (or ""): eval-seen success in
+// the metrics has not beaten its best for patience evaluations in a row.
+func plateaued(lines []MetricsLine, patience int) string {
+	best, bestAt, since := -1.0, 0, 0
+	for _, l := range lines {
+		if l.Kind != "eval" || l.Split != string(envadapters.EvalSeen) {
+			continue
+		}
+		if v := l.Values["success"]; v > best {
+			best, bestAt, since = v, l.Iteration, 0
+		} else {
+			since++
+		}
+	}
+	if since < patience {
+		return ""
+	}
+	return fmt.Sprintf("eval-seen success has not beaten its best, %.1f%% after iteration %d, in %d evaluations", 100*best, bestAt, since)
 }
 
 // analysisTokens counts what the analyzer wrote (first answers and repair

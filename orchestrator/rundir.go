@@ -38,8 +38,11 @@ type State struct {
 	// this run reused it (Deps.BaseEval); empty when measured here.
 	BaseEvalFrom string     `json:"base_eval_from,omitempty"`
 	FinalEval    *EvalPoint `json:"final_eval,omitempty"`
-	Done         bool       `json:"done"`
-	Updated      time.Time  `json:"updated"`
+	// Stopped says why training ended before the configured iterations
+	// (eval.plateau_patience); empty when it ran them all.
+	Stopped string    `json:"stopped,omitempty"`
+	Done    bool      `json:"done"`
+	Updated time.Time `json:"updated"`
 	// Seconds is the wall time spent on the saved progress, summed over
 	// the processes that ran it (time between a kill and its resume does
 	// not count; unsaved work lost to a kill is counted when it is redone).

@@ -139,6 +139,8 @@ func runCommand() *cli.Command {
 			&cli.Float64Flag{Name: "data-share", Usage: "share of training tasks used, in (0, 1]"},
 			&cli.Int64Flag{Name: "seed"},
 			&cli.IntFlag{Name: "eval-episodes", Usage: "tasks per eval split"},
+			&cli.IntFlag{Name: "eval-every", Usage: "evaluate every this many iterations too (0: at the start and the end only)"},
+			&cli.IntFlag{Name: "plateau-patience", Usage: "stop when eval-seen success has not beaten its best for this many evaluations (with --eval-every; --iterations is then the most it runs)"},
 			&cli.IntFlag{Name: "stage1-episodes", Usage: "trajectories analyzed for stage 1"},
 			&cli.Float64Flag{Name: "lr", Usage: "stage-2 learning rate"},
 			&cli.IntFlag{Name: "max-steps", Usage: "episode step limit (training and eval)"},
@@ -213,6 +215,12 @@ func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) error {
 	}
 	if c.IsSet("seed") {
 		cfg.Seed = c.Int64("seed")
+	}
+	if c.IsSet("eval-every") {
+		cfg.Eval.Every = c.Int("eval-every")
+	}
+	if c.IsSet("plateau-patience") {
+		cfg.Eval.PlateauPatience = c.Int("plateau-patience")
 	}
 	if c.IsSet("eval-episodes") {
 		cfg.Eval.Episodes = c.Int("eval-episodes")

@@ -382,3 +382,20 @@ func TestBenchGridFlags(t *testing.T) {
 		t.Errorf("results.md does not say which environment options the grid ran with:\n%s", md)
 	}
 }
+
+// TestRunStopsAtPlateau: with eval.plateau_patience the run ends once
+// eval-seen success stops improving (a random model stays at 0%), says
+// why in state.json, and its final evaluation is the last periodic one.
+func TestRunStopsAtPlateau(t *testing.T) {
+	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
+	cfg.Iterations, cfg.Eval.Every, cfg.Eval.PlateauPatience = 3, 1, 1
+	res, err := orchestrator.Start(context.Background(), cfg, orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(),
+		OpenBackend: openBackendFor(cfg.Backend, 0, zerolog.Nop())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := res.State
+	if st.Iteration != 1 || !strings.Contains(st.Stopped, "in 1 evaluations") || st.FinalEval == nil || st.FinalEval.Iteration != 1 || !st.Done {
+		t.Errorf("state after a plateau: iteration %d, stopped %q, final eval %+v, done %v", st.Iteration, st.Stopped, st.FinalEval, st.Done)
+	}
+}
