@@ -85,6 +85,11 @@ type CorpusConfig struct {
 	// them in random order). Rollouts with the model must use the same
 	// (Recipe.Template).
 	PlacesLine string `json:"places_line,omitempty"`
+	// SearchFollow is, with the all-places line, the share of the plain
+	// demonstrations' search steps that go to the first place the line
+	// names; the others go to one drawn uniformly from the line (0: every
+	// step drawn, recipe v13's first build).
+	SearchFollow float64 `json:"search_follow,omitempty"`
 }
 
 // Validate names the first bad field.
@@ -98,6 +103,8 @@ func (c CorpusConfig) Validate() error {
 		return fmt.Errorf("corpus: renumber %v must be in [0, 1]", c.Renumber)
 	case c.MaxSteps < 1:
 		return fmt.Errorf("corpus: max_steps %d must be positive", c.MaxSteps)
+	case c.SearchFollow < 0 || c.SearchFollow > 1:
+		return fmt.Errorf("corpus: search_follow %v must be in [0, 1]", c.SearchFollow)
 	case c.PlacesLine != "" && c.PlacesLine != rollout.PlacesNext && c.PlacesLine != rollout.PlacesAll:
 		return fmt.Errorf("corpus: places_line %q: want %q or %q", c.PlacesLine, rollout.PlacesNext, rollout.PlacesAll)
 	}
@@ -108,19 +115,23 @@ func (c CorpusConfig) Validate() error {
 // expert (observation-only, noisy) for plain episodes, the direct expert for
 // hinted ones (the hint names where things are, so going there is what the
 // hint means).
-func expertFor(b envadapters.Builtin, env envadapters.Env, tmpl rollout.Template, firstObs string, hinted bool, seed uint64, noise float64) (envadapters.Expert, error) {
+func expertFor(b envadapters.Builtin, env envadapters.Env, tmpl rollout.Template, firstObs string, hinted bool, seed uint64, noise, follow float64) (envadapters.Expert, error) {
 	if b.Name() == household.Name && !hinted {
-		return searchExpert(env, tmpl, firstObs, seed, noise)
+		return searchExpert(env, tmpl, firstObs, seed, noise, follow)
 	}
 	return b.Expert(env)
 }
 
 // searchExpert is the household searching expert that looks in the places
 // in the order tmpl's places-not-searched line shows them, or, when the
-// line lists them all (Template.AllPlaces), in random order.
-func searchExpert(env envadapters.Env, tmpl rollout.Template, firstObs string, seed uint64, noise float64) (*household.SearchExpert, error) {
+// line lists them all (Template.AllPlaces), in that order on a share
+// follow of its search steps and in random order on the others.
+func searchExpert(env envadapters.Env, tmpl rollout.Template, firstObs string, seed uint64, noise, follow float64) (*household.SearchExpert, error) {
 	if tmpl.AllPlaces {
-		return household.NewRandomSearchExpert(env, seed, noise)
+		if follow == 0 {
+			return household.NewRandomSearchExpert(env, seed, noise)
+		}
+		return household.NewMixedSearchExpert(env, seed, noise, rollout.PlaceOrder(tmpl, firstObs), follow)
 	}
 	return household.NewOrderedSearchExpert(env, seed, noise, rollout.PlaceOrder(tmpl, firstObs))
 }
@@ -199,7 +210,7 @@ func GenerateCorpus(ctx context.Context, b envadapters.Builtin, cfg CorpusConfig
 			return nil, err
 		}
 		hinted := r.Float64() < cfg.HintShare
-		ep, traj, err := playDemo(ctx, b, task, tmpl, hinted, cfg.Seed+uint64(cfg.Offset+i), cfg.Noise, cfg.MistakeShare, envadapters.Options{"max_steps": fmt.Sprint(cfg.MaxSteps)})
+		ep, traj, err := playDemo(ctx, b, task, tmpl, hinted, cfg.Seed+uint64(cfg.Offset+i), cfg.Noise, cfg.SearchFollow, cfg.MistakeShare, envadapters.Options{"max_steps": fmt.Sprint(cfg.MaxSteps)})
 		if err != nil {
 			return nil, fmt.Errorf("corpus episode %d (%s): %w", i, task.ID, err)
 		}
@@ -261,7 +272,7 @@ func criticalGuess(t *rollout.Trajectory) []int {
 
 // playDemo runs one expert episode, recording plain turns and a trajectory
 // (for the oracle's hindsight skill).
-func playDemo(ctx context.Context, b envadapters.Builtin, task envadapters.Task, tmpl rollout.Template, hinted bool, seed uint64, noise, mistakes float64, opts envadapters.Options) (Episode, *rollout.Trajectory, error) {
+func playDemo(ctx context.Context, b envadapters.Builtin, task envadapters.Task, tmpl rollout.Template, hinted bool, seed uint64, noise, follow, mistakes float64, opts envadapters.Options) (Episode, *rollout.Trajectory, error) {
 	env, err := b.New(opts)
 	if err != nil {
 		return Episode{}, nil, err
@@ -271,7 +282,7 @@ func playDemo(ctx context.Context, b envadapters.Builtin, task envadapters.Task,
 	if err != nil {
 		return Episode{}, nil, err
 	}
-	x, err := expertFor(b, env, tmpl, st.Observation, hinted, seed, noise)
+	x, err := expertFor(b, env, tmpl, st.Observation, hinted, seed, noise, follow)
 	if err != nil {
 		return Episode{}, nil, err
 	}

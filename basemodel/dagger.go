@@ -199,7 +199,7 @@ func playOne(ctx context.Context, r Recipe, m *trainer.Model, pc *prepared, task
 	if err != nil {
 		return Episode{}, false, 0, err
 	}
-	x, err := searchExpert(env, pc.tmpl, obs.Observation, seed, 0)
+	x, err := searchExpert(env, pc.tmpl, obs.Observation, seed, 0, r.Corpus.SearchFollow)
 	if err != nil {
 		return Episode{}, false, 0, err
 	}

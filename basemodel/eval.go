@@ -66,7 +66,7 @@ func OracleHints(ctx context.Context, b envadapters.Builtin, tasks []envadapters
 	out := map[string]string{}
 	oracle := &skills.OracleAnalyzer{K: 0}
 	for _, t := range tasks {
-		_, traj, err := playDemo(ctx, b, t, tmpl, true, 0, 0, 0, demo)
+		_, traj, err := playDemo(ctx, b, t, tmpl, true, 0, 0, 0, 0, demo)
 		if err != nil {
 			return nil, fmt.Errorf("hint for %s: %w", t.ID, err)
 		}

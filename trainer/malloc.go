@@ -11,7 +11,18 @@ static void seedctl_tune_malloc(void) {
 	mallopt(M_MMAP_THRESHOLD, 1 << 30);
 	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
+
+// Map every large buffer and unmap it when freed, so the resident set
+// follows what is live (memory measurements; slower).
+static void seedctl_map_large_buffers(void) {
+	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+	mallopt(M_TRIM_THRESHOLD, 128 * 1024);
+}
 */
 import "C"
 
 func init() { C.seedctl_tune_malloc() }
+
+// mapLargeBuffers makes freed large buffers leave the resident set at
+// once (tests that measure peak memory; glibc's defaults, fixed).
+func mapLargeBuffers() { C.seedctl_map_large_buffers() }

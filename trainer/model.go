@@ -394,8 +394,8 @@ func (m *Model) forward(in Input, cache *KVCache) *ts.Tensor {
 			keySegs[i] = append(append([]int(nil), cache.segs[i]...), segs[i]...)
 		}
 	}
-	mask := m.attentionMask(segs, keySegs, past)
-	defer drop(mask)
+	mask := &attnMask{m: m, qSegs: segs, kSegs: keySegs, past: past}
+	defer mask.free()
 
 	var kv kvStore
 	if cache != nil {
@@ -416,19 +416,24 @@ func (m *Model) forward(in Input, cache *KVCache) *ts.Tensor {
 
 // run embeds ids [B·T], applies the layers with the given mask and kv
 // store, and returns logits [B, T, V].
-func (m *Model) run(flat []int64, pos []float32, b, t int64, mask *ts.Tensor, kv kvStore) *ts.Tensor {
+func (m *Model) run(flat []int64, pos []float32, b, t int64, mask *attnMask, kv kvStore) *ts.Tensor {
 	ids := fromSlice(flat, []int64{b, t})
 	ids = must(ids.To(m.device, true))
 	cos, sin := m.rope(pos, b, t)
-	if m.recompute && kv == nil && gradEnabled() {
+	grad := gradEnabled()
+	if m.recompute && kv == nil && grad {
 		return m.runRecomputed(ids, cos, sin, mask)
 	}
 	defer drop(cos, sin)
+	chunk := int64(0)
+	if !grad {
+		chunk = attentionChunk
+	}
 
 	x := must(ts.Embedding(m.embed, ids, -1, false, false))
 	drop(ids)
 	for li := range m.layers {
-		x = m.layers[li].forward(x, cos, sin, mask, kv, li, m.cfg.RMSNormEps)
+		x = m.layers[li].forward(x, cos, sin, mask, kv, li, m.cfg.RMSNormEps, chunk)
 	}
 	hN := rmsNorm(x, m.norm, m.cfg.RMSNormEps)
 	drop(x)
@@ -474,13 +479,15 @@ func (m *Model) Recompute() bool { return m.recompute }
 // RoPE tables and mask, each layer's input, and the last layer's output as
 // a leaf the head's graph starts from.
 type recomputed struct {
-	ids, cos, sin, mask *ts.Tensor
-	inputs              []*ts.Tensor
-	last                *ts.Tensor
+	ids, cos, sin *ts.Tensor
+	mask          *attnMask
+	inputs        []*ts.Tensor
+	last          *ts.Tensor
 }
 
 func (r *recomputed) free() {
-	drop(r.ids, r.cos, r.sin, r.mask, r.last)
+	drop(r.ids, r.cos, r.sin, r.last)
+	r.mask.free()
 	drop(r.inputs...)
 	r.inputs = nil
 }
@@ -498,23 +505,24 @@ func gradEnabled() bool {
 
 // runRecomputed is run with activation recomputation; it takes ownership
 // of ids, cos and sin.
-func (m *Model) runRecomputed(ids, cos, sin, mask *ts.Tensor) *ts.Tensor {
+func (m *Model) runRecomputed(ids, cos, sin *ts.Tensor, mask *attnMask) *ts.Tensor {
 	if m.pending != nil { // a forward whose backward never ran (an error in between)
 		m.pending.free()
 		m.pending = nil
 	}
-	r := &recomputed{ids: ids, cos: cos, sin: sin, mask: must(mask.ShallowClone())}
+	// A mask of its own, built again when the backward pass needs it.
+	r := &recomputed{ids: ids, cos: cos, sin: sin, mask: &attnMask{m: m, qSegs: mask.qSegs, kSegs: mask.kSegs, past: mask.past}}
 	withoutGrad(func() {
 		x := must(ts.Embedding(m.embed, ids, -1, false, false))
 		for li := range m.layers {
 			r.inputs = append(r.inputs, must(x.ShallowClone()))
-			x = m.layers[li].forward(x, cos, sin, r.mask, nil, li, m.cfg.RMSNormEps)
+			x = m.layers[li].forward(x, cos, sin, r.mask, nil, li, m.cfg.RMSNormEps, attentionChunk)
 		}
 		r.last = x
 	})
 	hL := must(r.last.Detach(false))
 	drop(r.last)
-	must0(hL.RequiresGrad_(true))
+	hL = must(hL.SetRequiresGrad(true, true)) // (RequiresGrad_ would leak the old handle)
 	r.last = hL
 	m.pending = r
 	hN := rmsNorm(hL, m.norm, m.cfg.RMSNormEps)
@@ -541,8 +549,8 @@ func (m *Model) afterBackward() {
 	}
 	for li := len(m.layers) - 1; li >= 0; li-- {
 		x := must(r.inputs[li].Detach(false))
-		must0(x.RequiresGrad_(true))
-		out := m.layers[li].forward(must(x.ShallowClone()), r.cos, r.sin, r.mask, nil, li, m.cfg.RMSNormEps)
+		x = must(x.SetRequiresGrad(true, true))
+		out := m.layers[li].forward(must(x.ShallowClone()), r.cos, r.sin, r.mask, nil, li, m.cfg.RMSNormEps, 0)
 		sur := must(must(out.Mul(g, true)).Sum(gotch.Float, true))
 		must0(sur.Backward())
 		drop(sur, g)
@@ -582,26 +590,71 @@ func appendKV(ks, vs **ts.Tensor, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
 	return k, v
 }
 
-// attentionMask is the additive mask [B, 1, T, past+T] in float32: 0 where
-// query i may see key j (same non-zero segment, j not after i), the float32
-// minimum elsewhere. Every query may see itself, so padded rows stay finite.
-func (m *Model) attentionMask(qSegs, kSegs [][]int, past int) *ts.Tensor {
-	b, t, s := len(qSegs), len(qSegs[0]), len(kSegs[0])
-	vals := make([]float32, b*t*s)
+// attnMask is a forward pass's additive attention mask [B, 1, T, past+T]
+// in float32: 0 where query i may see key j (same non-zero segment, j not
+// after i), the float32 minimum elsewhere. Every query may see itself, so
+// padded rows stay finite. It is built whole on first use (all), or a
+// block of query rows at a time (rows) without ever holding the whole
+// T × (past+T) matrix, which chunked attention relies on.
+type attnMask struct {
+	m            *Model
+	qSegs, kSegs [][]int
+	past         int
+	full         *ts.Tensor // built by all, or given (batched decode)
+	scratch      []float32  // rows' host buffer, reused block after block
+}
+
+// all returns the whole mask, owned by am.
+func (am *attnMask) all() *ts.Tensor {
+	if am.full == nil {
+		am.full = am.m.maskRows(am.qSegs, am.kSegs, am.past, 0, len(am.qSegs[0]), nil)
+	}
+	return am.full
+}
+
+// rows returns the mask of queries [s, s+n), which the caller drops.
+func (am *attnMask) rows(s, n int64) *ts.Tensor {
+	if am.full != nil {
+		return must(am.full.Narrow(2, s, n, false))
+	}
+	need := len(am.qSegs) * int(n) * len(am.kSegs[0])
+	if cap(am.scratch) < need {
+		am.scratch = make([]float32, need)
+	}
+	return am.m.maskRows(am.qSegs, am.kSegs, am.past, int(s), int(n), am.scratch[:need])
+}
+
+func (am *attnMask) free() {
+	if am != nil && am.full != nil {
+		drop(am.full)
+		am.full = nil
+	}
+}
+
+// maskRows builds rows [lo, lo+n) of the mask [B, 1, n, S], in buf when
+// given (B·n·S values; every one is written).
+func (m *Model) maskRows(qSegs, kSegs [][]int, past, lo, n int, buf []float32) *ts.Tensor {
+	b, s := len(qSegs), len(kSegs[0])
+	vals := buf
+	if vals == nil {
+		vals = make([]float32, b*n*s)
+	}
 	neg := float32(-math.MaxFloat32)
 	for bi := 0; bi < b; bi++ {
-		for i := 0; i < t; i++ {
+		for r := 0; r < n; r++ {
+			i := lo + r
 			qi := past + i
-			row := vals[(bi*t+i)*s : (bi*t+i+1)*s]
+			row := vals[(bi*n+r)*s : (bi*n+r+1)*s]
 			for j := 0; j < s; j++ {
-				ok := j == qi || (j < qi && qSegs[bi][i] != 0 && kSegs[bi][j] == qSegs[bi][i])
-				if !ok {
+				if j == qi || (j < qi && qSegs[bi][i] != 0 && kSegs[bi][j] == qSegs[bi][i]) {
+					row[j] = 0
+				} else {
 					row[j] = neg
 				}
 			}
 		}
 	}
-	mask := fromSlice(vals, []int64{int64(b), 1, int64(t), int64(s)})
+	mask := fromSlice(vals, []int64{int64(b), 1, int64(n), int64(s)})
 	return must(mask.To(m.device, true))
 }
 
@@ -663,8 +716,17 @@ func repeatKV(x *ts.Tensor, rep int64) *ts.Tensor {
 	return must(e.Reshape([]int64{s[0], s[1] * rep, s[2], s[3]}, true))
 }
 
-// forward runs one decoder layer; x is consumed.
-func (l *block) forward(x, cos, sin, mask *ts.Tensor, kv kvStore, li int, eps float64) *ts.Tensor {
+// attentionChunk is how many queries one attention matmul takes in
+// forward passes without a graph (scoring, prefill, recomputation's first
+// pass): the score matrix of a block is chunk × keys instead of queries ×
+// keys, so its memory grows linearly with the sequence. With a graph the
+// whole matrix is computed at once (autograd keeps every block's scores
+// for the backward pass anyway).
+var attentionChunk int64 = 512
+
+// forward runs one decoder layer; x is consumed. chunk > 0 computes
+// attention in blocks of that many queries.
+func (l *block) forward(x, cos, sin *ts.Tensor, mask *attnMask, kv kvStore, li int, eps float64, chunk int64) *ts.Tensor {
 	sz := x.MustSize()
 	b, t := sz[0], sz[1]
 	h := rmsNorm(x, l.inNorm, eps)
@@ -690,11 +752,24 @@ func (l *block) forward(x, cos, sin, mask *ts.Tensor, kv kvStore, li int, eps fl
 	kr, vr := repeatKV(k, rep), repeatKV(v, rep)
 
 	kt := must(kr.Transpose(2, 3, false))
-	scores := mulScalar(must(q.Matmul(kt, true)), 1/math.Sqrt(float64(l.headDim)), true)
+	var attn *ts.Tensor
+	if chunk <= 0 || t <= chunk {
+		attn = attend(q, kt, vr, mask.all(), l.headDim, x.DType())
+		drop(q)
+	} else {
+		var parts []*ts.Tensor
+		for s := int64(0); s < t; s += chunk {
+			n := min(chunk, t-s)
+			qb := must(q.Narrow(2, s, n, false))
+			mb := mask.rows(s, n)
+			parts = append(parts, attend(qb, kt, vr, mb, l.headDim, x.DType()))
+			drop(qb, mb)
+		}
+		drop(q)
+		attn = must(ts.Cat(parts, 2))
+		drop(parts...)
+	}
 	drop(kt)
-	scoresF := must(must(scores.Totype(gotch.Float, true)).Add(mask, true))
-	probs := must(must(scoresF.Softmax(-1, gotch.Float, true)).Totype(x.DType(), true))
-	attn := must(probs.Matmul(vr, true))
 	if kr != k {
 		drop(kr, vr)
 	}
@@ -716,6 +791,19 @@ func (l *block) forward(x, cos, sin, mask *ts.Tensor, kv kvStore, li int, eps fl
 	out := must(x.Add(d, true))
 	drop(d)
 	return out
+}
+
+// attend is softmax(q·kᵀ/√d + mask)·v for q [B, H, T, d], kt [B, H, d, S],
+// mask [B, 1, T, S] and v [B, H, S, d], the softmax in float32; it drops
+// nothing it was given. Each step frees its input as it makes its output,
+// so at most two score-sized tensors exist at once. (Not gotch's in-place
+// ops: they replace the tensor's handle without freeing the old one, which
+// keeps the storage alive — a leak on temporaries.)
+func attend(q, kt, v, mask *ts.Tensor, headDim int64, dt gotch.DType) *ts.Tensor {
+	scores := mulScalar(must(q.Matmul(kt, false)), 1/math.Sqrt(float64(headDim)), true)
+	scoresF := must(must(scores.Totype(gotch.Float, true)).Add(mask, true))
+	probs := must(must(scoresF.Softmax(-1, gotch.Float, true)).Totype(dt, true))
+	return must(probs.Matmul(v, true))
 }
 
 // swapDrop frees old and returns updated.

@@ -91,9 +91,9 @@ func (m *Model) Extend(c *SeqCache, ids []int) (last []float32, err error) {
 		keySegs[i] = 1
 	}
 	withoutGrad(func() {
-		mask := m.attentionMask([][]int{segs}, [][]int{keySegs}, past)
+		mask := &attnMask{m: m, qSegs: [][]int{segs}, kSegs: [][]int{keySegs}, past: past}
 		logits := m.run(flat, pos, 1, int64(len(ids)), mask, c)
-		drop(mask)
+		mask.free()
 		lastT := must(must(logits.Narrow(1, int64(len(ids)-1), 1, true)).View([]int64{1, -1}, true))
 		last = rows2D(lastT)[0]
 		drop(lastT)
@@ -180,10 +180,10 @@ func (m *Model) DecodeBatch(cs []*SeqCache, ids []int) (out [][]float32, err err
 		}
 	}
 	withoutGrad(func() {
-		mask := fromSlice(vals, []int64{int64(b), 1, 1, int64(smax + 1)})
-		mask = must(mask.To(m.device, true))
+		full := fromSlice(vals, []int64{int64(b), 1, 1, int64(smax + 1)})
+		mask := &attnMask{full: must(full.To(m.device, true))}
 		logits := m.run(flat, pos, int64(b), 1, mask, &batchStore{seqs: cs, smax: smax})
-		drop(mask)
+		mask.free()
 		flatLogits := must(logits.View([]int64{int64(b), -1}, true))
 		out = rows2D(flatLogits)
 		drop(flatLogits)

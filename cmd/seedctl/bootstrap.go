@@ -56,6 +56,7 @@ func bootstrapCommand() *cli.Command {
 			&cli.IntFlag{Name: "micro-batch-tokens", Usage: "run each step as micro-batches of rows of similar length, at most this many padded tokens each (0: one padded batch per step; 2048: 1.3x faster here)"},
 			&cli.BoolFlag{Name: "repeat-as-weight", Usage: "train repeated examples (rare decisions, hinted first steps) once with their repeat count as loss weight"},
 			&cli.IntFlag{Name: "dagger-rounds", Value: -1, Usage: "override the rounds of refinement on the model's own states (0: none; see model refine)"},
+			&cli.Float64Flag{Name: "search-follow", Usage: "with --places-line all: the share of the demonstrations' search steps that go to the first place the line names (the rest: a random listed place)"},
 			&cli.StringFlag{Name: "places-line", Usage: "override the household prompt's places line: next (the next place not searched and a count) or all (every place not searched; demonstrations search in random order)"},
 			&cli.BoolFlag{Name: "rebuild", Usage: "build even when a cached model exists"},
 		},
@@ -93,6 +94,9 @@ func bootstrapCommand() *cli.Command {
 			}
 			if c.IsSet("places-line") {
 				r.Corpus.PlacesLine = c.String("places-line")
+			}
+			if c.IsSet("search-follow") {
+				r.Corpus.SearchFollow = c.Float64("search-follow")
 			}
 			if c.IsSet("micro-batch-tokens") {
 				r.SFT.MicroBatchTokens = c.Int("micro-batch-tokens")

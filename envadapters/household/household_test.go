@@ -597,3 +597,52 @@ func (x *SearchExpert) visibleGoalPlace() string {
 	}
 	return ""
 }
+
+// TestMixedSearchExpert: following the order on a share of its search
+// steps, the expert's first destination is the order's first place about
+// that often (plus its share of the random draws), and it still solves
+// most tasks; a share outside [0, 1] is refused.
+func TestMixedSearchExpert(t *testing.T) {
+	ctx := context.Background()
+	tasks, _ := builtin{}.Tasks(envadapters.Train, 100)
+	e := newEnv(t)
+	first, wins, n := 0, 0, 0
+	for i, task := range tasks {
+		for seed := range 4 {
+			st, err := e.Reset(ctx, task)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var order []string
+			for k := len(e.w.receps) - 1; k >= 0; k-- {
+				order = append(order, e.w.receps[k].name)
+			}
+			x, err := NewMixedSearchExpert(e, uint64(10*i+seed), 0, order, 0.6)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, _ := x.Act()
+			if a == "go to "+order[0] {
+				first++
+			}
+			for !st.Done {
+				st, _ = e.Step(ctx, a)
+				if !st.Done {
+					a, _ = x.Act()
+				}
+			}
+			if st.Won {
+				wins++
+			}
+			n++
+		}
+	}
+	share, rate := float64(first)/float64(n), float64(wins)/float64(n)
+	t.Logf("mixed search expert (follows the order 60%%): first destination the order's first %.0f%%, wins %.0f%%", 100*share, 100*rate)
+	if share < 0.5 || share > 0.75 || rate < 0.6 {
+		t.Errorf("first destination in order %.2f (want about 0.6), wins %.2f", share, rate)
+	}
+	if _, err := NewMixedSearchExpert(e, 1, 0, nil, 1.5); err == nil {
+		t.Error("a follow share of 1.5 was accepted")
+	}
+}

@@ -34,8 +34,10 @@ type SearchExpert struct {
 	seen   map[*recep]bool
 	order  []*recep
 	// anyOrder picks the next place to search uniformly among those not
-	// searched yet (NewRandomSearchExpert) instead of the first in order.
+	// searched yet (NewRandomSearchExpert) instead of the first in order,
+	// except for the share follow of search steps (NewMixedSearchExpert).
 	anyOrder bool
+	follow   float64
 }
 
 // NewSearchExpert returns a searching expert for a reset env that looks in
@@ -87,6 +89,24 @@ func NewRandomSearchExpert(e envadapters.Env, seed uint64, noise float64) (*Sear
 		return nil, err
 	}
 	x.anyOrder = true
+	return x, nil
+}
+
+// NewMixedSearchExpert searches in the given order of names (as
+// NewOrderedSearchExpert) for the share follow of its search steps and
+// goes to a place drawn uniformly among those not searched yet for the
+// rest: demonstrations whose usual next place is the first the prompt
+// lists (what greedy decoding then picks) while a policy sampling at
+// temperature 1 still spreads over the others.
+func NewMixedSearchExpert(e envadapters.Env, seed uint64, noise float64, order []string, follow float64) (*SearchExpert, error) {
+	if follow < 0 || follow > 1 {
+		return nil, fmt.Errorf("household: search expert follows the order on a share %v of its steps, want [0, 1]", follow)
+	}
+	x, err := NewOrderedSearchExpert(e, seed, noise, order)
+	if err != nil {
+		return nil, err
+	}
+	x.anyOrder, x.follow = true, follow
 	return x, nil
 }
 
@@ -165,9 +185,10 @@ func (x *SearchExpert) explore() (string, error) {
 		return "open " + rc.name, nil
 	}
 	var left []*recep
+	inOrder := !x.anyOrder || x.follow > 0 && x.r.Float64() < x.follow
 	for _, rc := range x.order {
 		if !x.seen[rc] && rc != e.at {
-			if !x.anyOrder {
+			if inOrder {
 				return "go to " + rc.name, nil
 			}
 			left = append(left, rc)
