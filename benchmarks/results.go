@@ -101,10 +101,10 @@ type Figures struct {
 	ShareNeeded string                     `json:"t2_seed_share_to_match_grpo_full"`
 	// SeedMinusGRPO is, per share, SEED there minus GRPO with all the
 	// training tasks, with a paired bootstrap interval (PairedCI).
-	SeedMinusGRPO map[string]PairedCI `json:"t2_seed_minus_grpo_full_ci,omitempty"`
-	Families    map[string]map[string]Stat `json:"t3_unseen_by_family"` // algo → family → %
-	Cost        map[string]map[string]Stat `json:"t4_cost_s"`           // algo → phase → seconds per iteration
-	CostRatio   float64                    `json:"t4_seed_over_grpo_iteration_time"`
+	SeedMinusGRPO map[string]PairedCI        `json:"t2_seed_minus_grpo_full_ci,omitempty"`
+	Families      map[string]map[string]Stat `json:"t3_unseen_by_family"` // algo → family → %
+	Cost          map[string]map[string]Stat `json:"t4_cost_s"`           // algo → phase → seconds per iteration
+	CostRatio     float64                    `json:"t4_seed_over_grpo_iteration_time"`
 	// Diagnostics are the distillation signal's statistics per method that
 	// distills (mean over iterations and seeds): what to look at when SEED
 	// does not beat GRPO.
