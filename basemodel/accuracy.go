@@ -3,6 +3,7 @@ package basemodel
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/seedctl/seedctl/envadapters"
@@ -65,7 +66,7 @@ func MeasureAccuracy(m *trainer.Model, p *rollout.Policy, tmpl rollout.Template,
 			for j := 0; ok && j < len(want); j++ {
 				ok = got[j] == want[j]
 			}
-			if !ok && tmpl.AllPlaces && e.EpisodeHint == "" && strings.HasPrefix(s.Action, "go to ") {
+			if !ok && (tmpl.AllPlaces || tmpl.FewPlaces > 0) && e.EpisodeHint == "" && strings.HasPrefix(s.Action, "go to ") {
 				// The plain demonstrations pick among the listed places at
 				// random: any of them is a right search step.
 				text, _ := p.Tok.Decode(got, tokenizer.DecodeOptions{SkipSpecial: true})
@@ -137,6 +138,9 @@ func MeasureModel(ctx context.Context, dir string, n int) (Accuracy, error) {
 	return MeasureAccuracy(m, p, tmpl, held, r.Mode, r.Window)
 }
 
+// andMore is the count a short places line ends with.
+var andMore = regexp.MustCompile(` and \d+ more$`)
+
 // goesToListedPlace says whether reply's action goes to a place the turn's
 // places-not-searched line names.
 func goesToListedPlace(tmpl rollout.Template, reply, turn string) bool {
@@ -153,7 +157,8 @@ func goesToListedPlace(tmpl rollout.Template, reply, turn string) bool {
 		return false
 	}
 	line, _, _ = strings.Cut(line, "\n")
-	for _, p := range strings.Split(strings.TrimSuffix(line, "."), ", ") {
+	line = andMore.ReplaceAllString(strings.TrimSuffix(line, "."), "")
+	for _, p := range strings.Split(line, ", ") {
 		if p == place {
 			return true
 		}

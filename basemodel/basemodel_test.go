@@ -386,6 +386,10 @@ func TestGoesToListedPlace(t *testing.T) {
 			t.Errorf("%q: %v, want %v", reply, got, want)
 		}
 	}
+	few := "Now: x\nPlaces not searched yet: cabinet 2, fridge 1, shelf 10 and 7 more.\n" + tmpl.ActionRequest
+	if !goesToListedPlace(tmpl, "<action>go to shelf 10</action>", few) || goesToListedPlace(tmpl, "<action>go to shelf 7</action>", few) {
+		t.Error("a short line: its last candidate or a place it does not name")
+	}
 	if goesToListedPlace(tmpl, "<action>go to fridge 1</action>", "no places line") {
 		t.Error("a turn without a places line accepted a go to")
 	}

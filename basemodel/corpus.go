@@ -85,10 +85,10 @@ type CorpusConfig struct {
 	// them in random order). Rollouts with the model must use the same
 	// (Recipe.Template).
 	PlacesLine string `json:"places_line,omitempty"`
-	// SearchFollow is, with the all-places line, the share of the plain
-	// demonstrations' search steps that go to the first place the line
-	// names; the others go to one drawn uniformly from the line (0: every
-	// step drawn, recipe v13's first build).
+	// SearchFollow is, with the all-places or few-places line, the share
+	// of the plain demonstrations' search steps that go to the first place
+	// the line names; the others go to one drawn uniformly from the places
+	// the line names (0: every step drawn, recipe v13's first build).
 	SearchFollow float64 `json:"search_follow,omitempty"`
 }
 
@@ -105,8 +105,8 @@ func (c CorpusConfig) Validate() error {
 		return fmt.Errorf("corpus: max_steps %d must be positive", c.MaxSteps)
 	case c.SearchFollow < 0 || c.SearchFollow > 1:
 		return fmt.Errorf("corpus: search_follow %v must be in [0, 1]", c.SearchFollow)
-	case c.PlacesLine != "" && c.PlacesLine != rollout.PlacesNext && c.PlacesLine != rollout.PlacesAll:
-		return fmt.Errorf("corpus: places_line %q: want %q or %q", c.PlacesLine, rollout.PlacesNext, rollout.PlacesAll)
+	case c.PlacesLine != "" && c.PlacesLine != rollout.PlacesNext && c.PlacesLine != rollout.PlacesAll && c.PlacesLine != rollout.PlacesFew:
+		return fmt.Errorf("corpus: places_line %q: want %q, %q or %q", c.PlacesLine, rollout.PlacesNext, rollout.PlacesFew, rollout.PlacesAll)
 	}
 	return nil
 }
@@ -127,11 +127,13 @@ func expertFor(b envadapters.Builtin, env envadapters.Env, tmpl rollout.Template
 // line lists them all (Template.AllPlaces), in that order on a share
 // follow of its search steps and in random order on the others.
 func searchExpert(env envadapters.Env, tmpl rollout.Template, firstObs string, seed uint64, noise, follow float64) (*household.SearchExpert, error) {
-	if tmpl.AllPlaces {
-		if follow == 0 {
-			return household.NewRandomSearchExpert(env, seed, noise)
-		}
-		return household.NewMixedSearchExpert(env, seed, noise, rollout.PlaceOrder(tmpl, firstObs), follow)
+	switch {
+	case tmpl.FewPlaces > 0:
+		return household.NewMixedSearchExpert(env, seed, noise, rollout.PlaceOrder(tmpl, firstObs), follow, tmpl.FewPlaces)
+	case tmpl.AllPlaces && follow == 0:
+		return household.NewRandomSearchExpert(env, seed, noise)
+	case tmpl.AllPlaces:
+		return household.NewMixedSearchExpert(env, seed, noise, rollout.PlaceOrder(tmpl, firstObs), follow, 0)
 	}
 	return household.NewOrderedSearchExpert(env, seed, noise, rollout.PlaceOrder(tmpl, firstObs))
 }

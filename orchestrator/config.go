@@ -422,7 +422,7 @@ type Config struct {
 		// MaxInFlight bounds generation requests at once.
 		MaxInFlight int `json:"max_in_flight"`
 		// PlacesLine is the household prompt's places-line style ("": the
-		// template's, "next"; "all"): the one the base model was trained
+		// template's, "next"; "few"; "all"): the one the base model was trained
 		// with (its recipe's corpus.places_line; seedctl run reads it
 		// from a bootstrapped model).
 		PlacesLine string `json:"places_line,omitempty"`

@@ -70,8 +70,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("rollout config: invalid_penalty %v must not be negative", c.InvalidPenalty)
 	case c.MaxInFlight < 1:
 		return fmt.Errorf("rollout config: max_in_flight %d must be at least 1", c.MaxInFlight)
-	case c.PlacesLine != "" && c.PlacesLine != PlacesNext && c.PlacesLine != PlacesAll:
-		return fmt.Errorf("rollout config: places_line %q: want %q or %q", c.PlacesLine, PlacesNext, PlacesAll)
+	case c.PlacesLine != "" && c.PlacesLine != PlacesNext && c.PlacesLine != PlacesAll && c.PlacesLine != PlacesFew:
+		return fmt.Errorf("rollout config: places_line %q: want %q, %q or %q", c.PlacesLine, PlacesNext, PlacesFew, PlacesAll)
 	}
 	return nil
 }
@@ -596,7 +596,7 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 	places := ""
 	if tmpl.ListUnvisited {
 		places = unsearchedLine(tmpl, firstObs, past)
-		if !tmpl.UnvisitedLast && !tmpl.NextPlace && !tmpl.AllPlaces {
+		if !tmpl.UnvisitedLast && !tmpl.NextPlace && !tmpl.AllPlaces && tmpl.FewPlaces == 0 {
 			b.WriteString(places + "\n")
 		}
 	}
@@ -621,7 +621,7 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 		}
 	}
 	b.WriteString("Now: " + oneLine(now))
-	if tmpl.NextPlace || tmpl.AllPlaces {
+	if tmpl.NextPlace || tmpl.AllPlaces || tmpl.FewPlaces > 0 {
 		return tmpl.userText(b.String(), admissible, places)
 	}
 	if tmpl.UnvisitedLast && places != "" {
@@ -635,7 +635,9 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 func unsearchedLine(tmpl Template, firstObs string, past []Step) string {
 	left := unsearched(tmpl, firstObs, past)
 	switch {
-	case tmpl.AllPlaces && len(left) > 0:
+	case tmpl.FewPlaces > 0 && len(left) > tmpl.FewPlaces:
+		return fmt.Sprintf("Places not searched yet: %s and %d more.", strings.Join(left[:tmpl.FewPlaces], ", "), len(left)-tmpl.FewPlaces)
+	case (tmpl.AllPlaces || tmpl.FewPlaces > 0) && len(left) > 0:
 		return "Places not searched yet: " + strings.Join(left, ", ") + "."
 	case tmpl.NextPlace && len(left) > 1:
 		return fmt.Sprintf("Places not searched yet: %s and %d more.", left[0], len(left)-1)

@@ -57,6 +57,13 @@ type Template struct {
 	// so a policy's samples of one task open in different places instead
 	// of all copying one. It overrides NextPlace and UnvisitedLast.
 	AllPlaces bool
+	// FewPlaces > 0 makes the compact places line name the first FewPlaces
+	// places not searched yet and how many more ("Places not searched yet:
+	// cabinet 3, drawer 2, fridge 1 and 20 more."), as the last line before
+	// the action request (PlacesFew): a handful of candidates to copy from,
+	// next to where the reply names its destination. It overrides
+	// NextPlace, AllPlaces and UnvisitedLast.
+	FewPlaces int
 	// CompactWindow renders window-mode turns for small models: the task
 	// line and the places not visited yet stand in for the first
 	// observation's room listing (which never changes), each past step is
@@ -145,7 +152,13 @@ const (
 	// PlacesAll names every place not searched (Template.AllPlaces;
 	// recipe v13).
 	PlacesAll = "all"
+	// PlacesFew names the first fewPlaces places not searched and a count
+	// (Template.FewPlaces).
+	PlacesFew = "few"
 )
+
+// fewPlaces is how many candidates a PlacesFew line names.
+const fewPlaces = 3
 
 // WithPlacesLine returns t with the places line in style ("" leaves t as
 // it is). Templates without a places line (Template.ListUnvisited off)
@@ -154,14 +167,17 @@ func (t Template) WithPlacesLine(style string) (Template, error) {
 	switch style {
 	case "":
 		return t, nil
-	case PlacesNext, PlacesAll:
+	case PlacesNext, PlacesAll, PlacesFew:
 		if !t.ListUnvisited {
 			return t, fmt.Errorf("places line %q: this environment's prompts have no places line", style)
 		}
-		t.NextPlace, t.AllPlaces = style == PlacesNext, style == PlacesAll
+		t.NextPlace, t.AllPlaces, t.FewPlaces = style == PlacesNext, style == PlacesAll, 0
+		if style == PlacesFew {
+			t.FewPlaces = fewPlaces
+		}
 		return t, nil
 	}
-	return t, fmt.Errorf("places line %q: want %q or %q", style, PlacesNext, PlacesAll)
+	return t, fmt.Errorf("places line %q: want %q, %q or %q", style, PlacesNext, PlacesFew, PlacesAll)
 }
 
 // TemplateFor returns the template for env, or a generic tagged-action one.

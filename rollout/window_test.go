@@ -167,6 +167,7 @@ func TestPlacesLineStyles(t *testing.T) {
 		{"", fmt.Sprintf("Places not searched yet: %s and %d more.", left[0], len(left)-1)},
 		{PlacesNext, fmt.Sprintf("Places not searched yet: %s and %d more.", left[0], len(left)-1)},
 		{PlacesAll, "Places not searched yet: " + strings.Join(left, ", ") + "."},
+		{PlacesFew, fmt.Sprintf("Places not searched yet: %s and %d more.", strings.Join(left[:3], ", "), len(left)-3)},
 	} {
 		tmpl, err := hh.WithPlacesLine(tc.style)
 		if err != nil {

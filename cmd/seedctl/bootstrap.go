@@ -56,8 +56,8 @@ func bootstrapCommand() *cli.Command {
 			&cli.IntFlag{Name: "micro-batch-tokens", Usage: "run each step as micro-batches of rows of similar length, at most this many padded tokens each (0: one padded batch per step; 2048: 1.3x faster here)"},
 			&cli.BoolFlag{Name: "repeat-as-weight", Usage: "train repeated examples (rare decisions, hinted first steps) once with their repeat count as loss weight"},
 			&cli.IntFlag{Name: "dagger-rounds", Value: -1, Usage: "override the rounds of refinement on the model's own states (0: none; see model refine)"},
-			&cli.Float64Flag{Name: "search-follow", Usage: "with --places-line all: the share of the demonstrations' search steps that go to the first place the line names (the rest: a random listed place)"},
-			&cli.StringFlag{Name: "places-line", Usage: "override the household prompt's places line: next (the next place not searched and a count) or all (every place not searched; demonstrations search in random order)"},
+			&cli.Float64Flag{Name: "search-follow", Usage: "with --places-line few or all: the share of the demonstrations' search steps that go to the first place the line names (the rest: a random place it names)"},
+			&cli.StringFlag{Name: "places-line", Usage: "override the household prompt's places line: next (the next place not searched and a count), few (the next three and a count) or all (every place not searched); with few or all, demonstrations pick among the places named (see --search-follow)"},
 			&cli.BoolFlag{Name: "rebuild", Usage: "build even when a cached model exists"},
 		},
 		Action: func(c *cli.Context) error {

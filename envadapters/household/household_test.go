@@ -617,7 +617,7 @@ func TestMixedSearchExpert(t *testing.T) {
 			for k := len(e.w.receps) - 1; k >= 0; k-- {
 				order = append(order, e.w.receps[k].name)
 			}
-			x, err := NewMixedSearchExpert(e, uint64(10*i+seed), 0, order, 0.6)
+			x, err := NewMixedSearchExpert(e, uint64(10*i+seed), 0, order, 0.6, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -642,7 +642,26 @@ func TestMixedSearchExpert(t *testing.T) {
 	if share < 0.5 || share > 0.75 || rate < 0.6 {
 		t.Errorf("first destination in order %.2f (want about 0.6), wins %.2f", share, rate)
 	}
-	if _, err := NewMixedSearchExpert(e, 1, 0, nil, 1.5); err == nil {
+	if _, err := NewMixedSearchExpert(e, 1, 0, nil, 1.5, 0); err == nil {
 		t.Error("a follow share of 1.5 was accepted")
+	}
+	// Drawing among the first three candidates only: every first
+	// destination is one of them.
+	for i, task := range tasks[:40] {
+		if _, err := e.Reset(ctx, task); err != nil {
+			t.Fatal(err)
+		}
+		var order []string
+		for _, rc := range e.w.receps {
+			order = append(order, rc.name)
+		}
+		x, err := NewMixedSearchExpert(e, uint64(i), 0, order, 0, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := x.Act()
+		if p, _ := strings.CutPrefix(a, "go to "); !slices.Contains(order[:3], p) {
+			t.Fatalf("task %s: first destination %q is not among the first three of %v", task.ID, a, order[:3])
+		}
 	}
 }

@@ -38,6 +38,8 @@ type SearchExpert struct {
 	// except for the share follow of search steps (NewMixedSearchExpert).
 	anyOrder bool
 	follow   float64
+	// among > 0 draws from the first among places not searched yet only.
+	among int
 }
 
 // NewSearchExpert returns a searching expert for a reset env that looks in
@@ -98,15 +100,18 @@ func NewRandomSearchExpert(e envadapters.Env, seed uint64, noise float64) (*Sear
 // rest: demonstrations whose usual next place is the first the prompt
 // lists (what greedy decoding then picks) while a policy sampling at
 // temperature 1 still spreads over the others.
-func NewMixedSearchExpert(e envadapters.Env, seed uint64, noise float64, order []string, follow float64) (*SearchExpert, error) {
-	if follow < 0 || follow > 1 {
-		return nil, fmt.Errorf("household: search expert follows the order on a share %v of its steps, want [0, 1]", follow)
+//
+// among > 0 draws only from the first among places not searched yet in
+// the order (the candidates a short places line names); 0 from all.
+func NewMixedSearchExpert(e envadapters.Env, seed uint64, noise float64, order []string, follow float64, among int) (*SearchExpert, error) {
+	if follow < 0 || follow > 1 || among < 0 {
+		return nil, fmt.Errorf("household: search expert follows the order on a share %v of its steps and draws among %d places, want a share in [0, 1] and a count >= 0", follow, among)
 	}
 	x, err := NewOrderedSearchExpert(e, seed, noise, order)
 	if err != nil {
 		return nil, err
 	}
-	x.anyOrder, x.follow = true, follow
+	x.anyOrder, x.follow, x.among = true, follow, among
 	return x, nil
 }
 
@@ -193,6 +198,9 @@ func (x *SearchExpert) explore() (string, error) {
 			}
 			left = append(left, rc)
 		}
+	}
+	if x.among > 0 && len(left) > x.among {
+		left = left[:x.among]
 	}
 	if len(left) > 0 {
 		return "go to " + left[x.r.IntN(len(left))].name, nil
