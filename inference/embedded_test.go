@@ -15,15 +15,22 @@ import (
 // TestEmbeddedBackendPublish drives the embedded server through the
 // Backend: generation with token ids, scoring that equals the trainer's own
 // log-probs, and publishing that changes what is served.
-func TestEmbeddedBackendPublish(t *testing.T) {
+// twoCheckpoints writes two tiny checkpoints with different weights.
+func twoCheckpoints(t *testing.T) (v1, v2 string) {
+	t.Helper()
 	root := t.TempDir()
-	v1, v2 := filepath.Join(root, "v1"), filepath.Join(root, "v2")
+	v1, v2 = filepath.Join(root, "v1"), filepath.Join(root, "v2")
 	if err := servertest.WriteTinyCheckpoint(v1, 1); err != nil {
 		t.Fatal(err)
 	}
 	if err := servertest.WriteTinyCheckpoint(v2, 2); err != nil {
 		t.Fatal(err)
 	}
+	return v1, v2
+}
+
+func TestEmbeddedBackendPublish(t *testing.T) {
+	v1, v2 := twoCheckpoints(t)
 	ctx := context.Background()
 	b, err := NewEmbedded(ctx, server.DefaultConfig(v1), DefaultConfig("embedded"), testLog(t))
 	if err != nil {
@@ -69,7 +76,7 @@ func TestEmbeddedBackendPublish(t *testing.T) {
 	if err := VerifyServed(ctx, b, probe, want1, 1e-4); !errors.Is(err, ErrStaleWeights) {
 		t.Fatalf("v1's log-probs still match after publishing v2: %v", err)
 	}
-	if err := b.Publish(ctx, filepath.Join(root, "missing"), "3"); err == nil {
+	if err := b.Publish(ctx, filepath.Join(filepath.Dir(v1), "missing"), "3"); err == nil {
 		t.Error("publishing a missing folder succeeded")
 	}
 

@@ -225,25 +225,21 @@ func (p *Pool) spread(ctx context.Context, what string, keys []uint64, work []in
 	return nil
 }
 
-// Generate spreads the requests over the live endpoints; results come back
-// in request order.
-func (p *Pool) Generate(ctx context.Context, reqs []GenRequest) ([]GenResult, error) {
-	keys, work := make([]uint64, len(reqs)), make([]int64, len(reqs))
-	for i, r := range reqs {
-		keys[i], work[i] = promptKey(r.Prompt), int64(len(r.Prompt)+r.MaxTokens)
-	}
-	out := make([]GenResult, len(reqs))
-	err := p.spread(ctx, "generating", keys, work, func(ctx context.Context, m *poolMember, idx []int) error {
-		sub := make([]GenRequest, len(idx))
+// scatter runs items over the pool's live endpoints (spread), each
+// endpoint's share through call (a Backend method expression), and returns the results in item order.
+func scatter[In, Out any](ctx context.Context, p *Pool, what string, items []In, keys []uint64, work []int64, call func(Backend, context.Context, []In) ([]Out, error)) ([]Out, error) {
+	out := make([]Out, len(items))
+	err := p.spread(ctx, what, keys, work, func(ctx context.Context, m *poolMember, idx []int) error {
+		sub := make([]In, len(idx))
 		for n, i := range idx {
-			sub[n] = reqs[i]
+			sub[n] = items[i]
 		}
-		res, err := m.b.Generate(ctx, sub)
+		res, err := call(m.b, ctx, sub)
 		if err != nil {
 			return err
 		}
 		if len(res) != len(sub) {
-			return fmt.Errorf("%d results for %d requests: %w", len(res), len(sub), ErrServer)
+			return fmt.Errorf("%d answers to %d inputs: %w", len(res), len(sub), ErrServer)
 		}
 		for n, i := range idx {
 			out[i] = res[n]
@@ -254,6 +250,16 @@ func (p *Pool) Generate(ctx context.Context, reqs []GenRequest) ([]GenResult, er
 		return nil, err
 	}
 	return out, nil
+}
+
+// Generate spreads the requests over the live endpoints; results come back
+// in request order.
+func (p *Pool) Generate(ctx context.Context, reqs []GenRequest) ([]GenResult, error) {
+	keys, work := make([]uint64, len(reqs)), make([]int64, len(reqs))
+	for i, r := range reqs {
+		keys[i], work[i] = promptKey(r.Prompt), int64(len(r.Prompt)+r.MaxTokens)
+	}
+	return scatter(ctx, p, "generating", reqs, keys, work, Backend.Generate)
 }
 
 // Score spreads the sequences over the live endpoints.
@@ -262,32 +268,13 @@ func (p *Pool) Score(ctx context.Context, seqs [][]int) ([][]float64, error) {
 	for i, s := range seqs {
 		keys[i], work[i] = uint64(i), int64(len(s))
 	}
-	out := make([][]float64, len(seqs))
-	err := p.spread(ctx, "scoring", keys, work, func(ctx context.Context, m *poolMember, idx []int) error {
-		sub := make([][]int, len(idx))
-		for n, i := range idx {
-			sub[n] = seqs[i]
-		}
-		res, err := m.b.Score(ctx, sub)
-		if err != nil {
-			return err
-		}
-		if len(res) != len(sub) {
-			return fmt.Errorf("%d scores for %d sequences: %w", len(res), len(sub), ErrServer)
-		}
-		for n, i := range idx {
-			out[i] = res[n]
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return scatter(ctx, p, "scoring", seqs, keys, work, Backend.Score)
 }
 
-// each runs call on every live endpoint at once, dropping those that fail.
-func (p *Pool) each(ctx context.Context, what string, call func(ctx context.Context, b Backend) error) error {
+// Each runs f on every live endpoint at once (to publish, release, or
+// verify each one after a publish), dropping those it fails on; it fails
+// when none is left.
+func (p *Pool) Each(ctx context.Context, what string, f func(ctx context.Context, name string, b Backend) error) error {
 	members, err := p.live()
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
@@ -297,7 +284,7 @@ func (p *Pool) each(ctx context.Context, what string, call func(ctx context.Cont
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := call(ctx, m.b); err != nil {
+			if err := f(ctx, m.name, m.b); err != nil {
 				p.drop(ctx, m, what, err)
 			}
 		}()
@@ -314,19 +301,19 @@ func (p *Pool) each(ctx context.Context, what string, call func(ctx context.Cont
 
 // Release frees every live endpoint's accelerator memory.
 func (p *Pool) Release(ctx context.Context) error {
-	return p.each(ctx, "releasing memory", func(ctx context.Context, b Backend) error { return b.Release(ctx) })
+	return p.Each(ctx, "releasing memory", func(ctx context.Context, _ string, b Backend) error { return b.Release(ctx) })
 }
 
 // Publish makes every live endpoint serve dir; an endpoint that fails is
 // dropped, so the next iteration never samples from old weights.
 func (p *Pool) Publish(ctx context.Context, dir, version string) error {
-	return p.each(ctx, "publishing "+version, func(ctx context.Context, b Backend) error { return b.Publish(ctx, dir, version) })
+	return p.Each(ctx, "publishing "+version, func(ctx context.Context, _ string, b Backend) error { return b.Publish(ctx, dir, version) })
 }
 
 // Health is nil when every live endpoint answers (those that do not are
 // dropped) and at least one is left.
 func (p *Pool) Health(ctx context.Context) error {
-	return p.each(ctx, "checking health", func(ctx context.Context, b Backend) error { return b.Health(ctx) })
+	return p.Each(ctx, "checking health", func(ctx context.Context, _ string, b Backend) error { return b.Health(ctx) })
 }
 
 // Close closes every endpoint's backend, dropped ones included.
@@ -338,25 +325,4 @@ func (p *Pool) Close() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// Each calls f on every live endpoint's backend in turn (to verify each
-// one after a publish, say); an endpoint f fails on is dropped.
-func (p *Pool) Each(ctx context.Context, what string, f func(ctx context.Context, name string, b Backend) error) error {
-	members, err := p.live()
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	for _, m := range members {
-		if err := f(ctx, m.name, m.b); err != nil {
-			p.drop(ctx, m, what, err)
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if _, err := p.live(); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
 }

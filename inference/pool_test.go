@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -211,14 +210,7 @@ func TestPoolRequestErrorsDropNothing(t *testing.T) {
 // publishing reaching each (every endpoint then serves the new weights),
 // and a server that stops being dropped while the others carry on.
 func TestPoolOfEmbeddedServers(t *testing.T) {
-	root := t.TempDir()
-	v1, v2 := filepath.Join(root, "v1"), filepath.Join(root, "v2")
-	if err := servertest.WriteTinyCheckpoint(v1, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := servertest.WriteTinyCheckpoint(v2, 2); err != nil {
-		t.Fatal(err)
-	}
+	v1, v2 := twoCheckpoints(t)
 	ctx := context.Background()
 	var names []string
 	var bs []Backend

@@ -36,6 +36,24 @@ func stepFLOPs(c *ModelConfig, seq int) float64 {
 // libtorch) side by side.
 //
 //	go test ./trainer -run '^$' -bench TrainStep -benchtime 20x
+//
+// randomLMBatch is batch rows of seq random tokens with next-token
+// targets (the last row's target wraps to its first token), the same every
+// call.
+func randomLMBatch(vocab, batch, seq int) (Input, [][]int) {
+	r := rand.New(rand.NewPCG(0, 0))
+	in := Input{IDs: make([][]int, batch)}
+	targets := make([][]int, batch)
+	for i := range in.IDs {
+		in.IDs[i] = make([]int, seq)
+		for j := range in.IDs[i] {
+			in.IDs[i][j] = r.IntN(vocab)
+		}
+		targets[i] = append(append([]int(nil), in.IDs[i][1:]...), in.IDs[i][0])
+	}
+	return in, targets
+}
+
 func BenchmarkTrainStep(b *testing.B) {
 	const batch, seq = 8, 128
 	cfg := benchConfig()
@@ -47,16 +65,7 @@ func BenchmarkTrainStep(b *testing.B) {
 	if err := m.Save(dir, SaveOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	r := rand.New(rand.NewPCG(0, 0))
-	in := Input{IDs: make([][]int, batch)}
-	targets := make([][]int, batch)
-	for i := range in.IDs {
-		in.IDs[i] = make([]int, seq)
-		for j := range in.IDs[i] {
-			in.IDs[i][j] = r.IntN(cfg.VocabSize)
-		}
-		targets[i] = append(append([]int(nil), in.IDs[i][1:]...), in.IDs[i][0])
-	}
+	in, targets := randomLMBatch(cfg.VocabSize, batch, seq)
 	step := func() {
 		if _, err := m.NLLBackward(in, targets); err != nil {
 			b.Fatal(err)
@@ -237,16 +246,7 @@ func BenchmarkRecompute(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer m.Close()
-	r := rand.New(rand.NewPCG(0, 0))
-	in := Input{IDs: make([][]int, batch)}
-	targets := make([][]int, batch)
-	for i := range in.IDs {
-		in.IDs[i] = make([]int, seq)
-		for j := range in.IDs[i] {
-			in.IDs[i][j] = r.IntN(cfg.VocabSize)
-		}
-		targets[i] = append(append([]int(nil), in.IDs[i][1:]...), in.IDs[i][0])
-	}
+	in, targets := randomLMBatch(cfg.VocabSize, batch, seq)
 	step := func(on bool) time.Duration {
 		m.SetRecompute(on)
 		start := time.Now()

@@ -374,6 +374,15 @@ func TestMistakeDoesNothing(t *testing.T) {
 	}
 }
 
+// reversedListing is the room's receptacles in reverse listing order.
+func reversedListing(e *Env) []string {
+	var order []string
+	for k := len(e.w.receps) - 1; k >= 0; k-- {
+		order = append(order, e.w.receps[k].name)
+	}
+	return order
+}
+
 // TestOrderedSearchExpert: the expert searches in the order it is given
 // (here the listing reversed), still solving most tasks.
 func TestOrderedSearchExpert(t *testing.T) {
@@ -386,10 +395,7 @@ func TestOrderedSearchExpert(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var order []string
-		for k := len(e.w.receps) - 1; k >= 0; k-- {
-			order = append(order, e.w.receps[k].name)
-		}
+		order := reversedListing(e)
 		x, err := NewOrderedSearchExpert(e, uint64(i), 0, order)
 		if err != nil {
 			t.Fatal(err)
@@ -613,10 +619,7 @@ func TestMixedSearchExpert(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var order []string
-			for k := len(e.w.receps) - 1; k >= 0; k-- {
-				order = append(order, e.w.receps[k].name)
-			}
+			order := reversedListing(e)
 			x, err := NewMixedSearchExpert(e, uint64(10*i+seed), 0, order, 0.6, 0)
 			if err != nil {
 				t.Fatal(err)
