@@ -42,6 +42,9 @@ type EvalConfig struct {
 	// EnvOptions are the environment's options (household's
 	// placement_prior); MaxSteps overrides their max_steps.
 	EnvOptions envadapters.Options
+	// PlacesOrder is the rollout's places-line order ("": one per room;
+	// rollout.PlacesOrderEpisode: one per episode).
+	PlacesOrder string `json:",omitempty"`
 }
 
 // EvalResult is success overall and per family.
@@ -109,6 +112,7 @@ func Evaluate(ctx context.Context, cfg EvalConfig, log zerolog.Logger, progress 
 	}
 	rc := rollout.DefaultConfig()
 	rc.GroupSize, rc.Temperature, rc.Seed = max(1, cfg.Group), cfg.Temperature, cfg.Seed
+	rc.PlacesOrder = cfg.PlacesOrder
 	if rec, ok := ReadRecipe(cfg.ModelDir); ok {
 		rc.PlacesLine = rec.Corpus.PlacesLine
 		if cfg.Mode == "" {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/seedctl/seedctl/rollout"
 )
 
 // BaseEval is a finished evaluation of a base policy that other runs of the
@@ -35,6 +37,8 @@ type baseEvalInputs struct {
 	MaxTokens int           `json:"max_tokens"`
 	// PlacesLine is left out when empty, so keys of older runs hold.
 	PlacesLine string `json:"places_line,omitempty"`
+	// PlacesOrder likewise ("" and "room" are the same prompts).
+	PlacesOrder string `json:"places_order,omitempty"`
 }
 
 // BaseEvalKey identifies what the base evaluation of a run with this config
@@ -44,9 +48,18 @@ type baseEvalInputs struct {
 // are left out (evaluation decodes greedily).
 func (c Config) BaseEvalKey() string {
 	b, _ := json.Marshal(baseEvalInputs{Model: c.Model, Env: c.Env, Backend: c.Backend, Episodes: c.Eval.Episodes,
-		Mode: c.Rollout.Mode, Window: c.Rollout.Window, MaxTokens: c.Rollout.MaxTokens, PlacesLine: c.Rollout.PlacesLine})
+		Mode: c.Rollout.Mode, Window: c.Rollout.Window, MaxTokens: c.Rollout.MaxTokens, PlacesLine: c.Rollout.PlacesLine, PlacesOrder: placesOrderKey(c.Rollout.PlacesOrder)})
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:8])
+}
+
+// placesOrderKey is order as it enters BaseEvalKey: the default order
+// ("" or "room") leaves the key of older runs unchanged.
+func placesOrderKey(order string) string {
+	if order == rollout.PlacesOrderRoom {
+		return ""
+	}
+	return order
 }
 
 // ReadBaseEval reads the base evaluation of the run in dir, for another run

@@ -426,6 +426,12 @@ type Config struct {
 		// with (its recipe's corpus.places_line; seedctl run reads it
 		// from a bootstrapped model).
 		PlacesLine string `json:"places_line,omitempty"`
+		// PlacesOrder is the order the places line names the places not
+		// searched yet in: "room" ("" too; one fixed order per room, as
+		// the base model's demonstrations) or "episode" (each episode
+		// draws its own, so a group's samples are pointed at different
+		// first places: exploration through the prompt).
+		PlacesOrder string `json:"places_order,omitempty"`
 	} `json:"rollout"`
 	// SkillMode selects the skills in teacher contexts: episode_only
 	// (public code), step_only or episode_step (the paper's description).
@@ -756,7 +762,7 @@ func (c Config) evalSeed() int64 {
 func (c Config) rolloutConfig(seed int64) rollout.Config {
 	r := rollout.DefaultConfig()
 	r.Mode, r.Window, r.GroupSize = c.Rollout.Mode, c.Rollout.Window, c.Rollout.GroupSize
-	r.PlacesLine = c.Rollout.PlacesLine
+	r.PlacesLine, r.PlacesOrder = c.Rollout.PlacesLine, c.Rollout.PlacesOrder
 	r.MaxTokensPerTurn, r.Temperature, r.InvalidPenalty = c.Rollout.MaxTokens, c.Rollout.Temperature, c.Rollout.InvalidPenalty
 	if c.Rollout.MaxInFlight > 0 {
 		r.MaxInFlight = c.Rollout.MaxInFlight

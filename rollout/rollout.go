@@ -46,7 +46,21 @@ type Config struct {
 	// environment template's own; PlacesNext, PlacesAll). It must be the
 	// one the policy was trained with (basemodel.Recipe.PlacesLine).
 	PlacesLine string
+	// PlacesOrder is the order in which the places line names the places
+	// not searched yet: PlacesOrderRoom ("" too: a fixed permutation per
+	// room, the same for every episode of a task — what the base model's
+	// demonstrations show) or PlacesOrderEpisode (a permutation drawn per
+	// episode from Seed and the trajectory id, so the samples of one task
+	// are pointed at different first places: exploration put in the
+	// prompt, for a policy that copies the line).
+	PlacesOrder string
 }
+
+// Places-line orders (Config.PlacesOrder).
+const (
+	PlacesOrderRoom    = "room"
+	PlacesOrderEpisode = "episode"
+)
 
 // DefaultConfig follows the SEED reference setting.
 func DefaultConfig() Config {
@@ -72,6 +86,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("rollout config: max_in_flight %d must be at least 1", c.MaxInFlight)
 	case c.PlacesLine != "" && c.PlacesLine != PlacesNext && c.PlacesLine != PlacesAll && c.PlacesLine != PlacesFew:
 		return fmt.Errorf("rollout config: places_line %q: want %q, %q or %q", c.PlacesLine, PlacesNext, PlacesFew, PlacesAll)
+	case c.PlacesOrder != "" && c.PlacesOrder != PlacesOrderRoom && c.PlacesOrder != PlacesOrderEpisode:
+		return fmt.Errorf("rollout config: places_order %q: want %q or %q", c.PlacesOrder, PlacesOrderRoom, PlacesOrderEpisode)
 	}
 	return nil
 }
@@ -211,7 +227,20 @@ func (r *Runner) prompt(e *episode) (string, []int, error) {
 
 // windowText is the task, the last N steps and the current observation.
 func (r *Runner) windowText(e *episode) string {
-	return WindowText(r.template, e.traj.FirstObservation, e.traj.Steps, r.cfg.Window, e.last.Observation, e.last.Admissible)
+	tmpl := r.template
+	if r.cfg.PlacesOrder == PlacesOrderEpisode {
+		// Not the trajectory id: it names the iteration, and evaluation
+		// points of one run should see one order per task.
+		tmpl.PlacesKey = placesKey(r.cfg.Seed, e.traj)
+	}
+	return WindowText(tmpl, e.traj.FirstObservation, e.traj.Steps, r.cfg.Window, e.last.Observation, e.last.Admissible)
+}
+
+// placesKey is the PlacesOrderEpisode key of t's episode: the rollout's
+// seed, the task and the sample (training rollouts draw a seed per
+// iteration; evaluation keeps one, so its orders stay put).
+func placesKey(seed int64, t *Trajectory) string {
+	return fmt.Sprintf("%d/%s/%d", seed, t.Task.ID, t.Sample)
 }
 
 // PlacesIn lists the places an ALFWorld-style first observation names
@@ -519,8 +548,9 @@ func Summarize(trajs []*Trajectory, elapsed time.Duration) Metrics {
 // the places firstObs lists: their listed order, or with
 // Template.ShufflePlaces a fixed pseudo-random permutation of it keyed by
 // the first observation (the same at every step of the episode, different
-// between rooms). Searching experts that demonstrate for this template
-// follow the same order.
+// between rooms) and Template.PlacesKey (set per episode when the rollout
+// draws each episode's order: Config.PlacesOrder). Searching experts that
+// demonstrate for this template follow the same order.
 func PlaceOrder(tmpl Template, firstObs string) []string {
 	places := PlacesIn(firstObs)
 	if !tmpl.ShufflePlaces {
@@ -531,6 +561,10 @@ func PlaceOrder(tmpl Template, firstObs string) []string {
 		h := fnv.New64a()
 		h.Write([]byte(firstObs))
 		h.Write([]byte{0})
+		if tmpl.PlacesKey != "" {
+			h.Write([]byte(tmpl.PlacesKey))
+			h.Write([]byte{0})
+		}
 		h.Write([]byte(p))
 		key[p] = h.Sum64()
 	}

@@ -389,3 +389,75 @@ func TestConfigValidate(t *testing.T) {
 	}
 
 }
+
+// TestPlacesOrderEpisode: with PlacesOrderEpisode the samples of one task
+// are pointed at different first places, each episode keeps its own order
+// at every step (the line is what WindowText renders with the episode's
+// key), and the default order points a whole group at one place.
+func TestPlacesOrderEpisode(t *testing.T) {
+	tok, tcfg := tinyTokenizer(t)
+	eos, _ := tok.TokenID("<|im_end|>")
+	p, err := NewPolicy(&scriptBackend{tok: tok, eos: eos, lp: 0.5}, tok, tcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := envadapters.Lookup(household.Name)
+	placesLine := func(user string) string {
+		for _, l := range strings.Split(user, "\n") {
+			if strings.HasPrefix(l, "Places not searched yet:") {
+				return l
+			}
+		}
+		t.Fatalf("no places line in\n%s", user)
+		return ""
+	}
+	tasks := householdTasks(t, 4)
+	for _, order := range []string{PlacesOrderRoom, PlacesOrderEpisode} {
+		cfg := DefaultConfig()
+		cfg.Mode, cfg.GroupSize, cfg.PlacesOrder, cfg.EnvOptions = ModeWindow, 8, order, envadapters.Options{"max_steps": "4"}
+		r, err := NewRunner(cfg, household.Name, b, p, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		trajs, err := r.Run(context.Background(), tasks, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := make([]map[string]bool, len(tasks))
+		for _, tr := range trajs {
+			if first[tr.Group] == nil {
+				first[tr.Group] = map[string]bool{}
+			}
+			first[tr.Group][placesLine(tr.Steps[0].UserText)] = true
+			tmpl := r.Template()
+			if order == PlacesOrderEpisode {
+				tmpl.PlacesKey = placesKey(cfg.Seed, tr)
+			}
+			for k, s := range tr.Steps {
+				obs := tr.FirstObservation
+				if k > 0 {
+					obs = tr.Steps[k-1].Observation
+				}
+				// The places line depends on the steps taken, not on the
+				// admissible actions.
+				want := placesLine(WindowText(tmpl, tr.FirstObservation, tr.Steps[:k], cfg.Window, obs, nil))
+				if got := placesLine(s.UserText); got != want {
+					t.Fatalf("%s %s step %d: places line %q, want the episode's order %q", order, tr.ID, k, got, want)
+				}
+			}
+		}
+		for g, lines := range first {
+			switch {
+			case order == PlacesOrderRoom && len(lines) != 1:
+				t.Errorf("room order: group %d opens with %d different places lines, want 1: %v", g, len(lines), lines)
+			case order == PlacesOrderEpisode && len(lines) < 4:
+				t.Errorf("episode order: group %d of 8 samples opens with only %d different places lines: %v", g, len(lines), lines)
+			}
+		}
+	}
+	c := DefaultConfig()
+	c.PlacesOrder = "task"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "places_order") {
+		t.Errorf("places_order %q: error %v, want one naming places_order", c.PlacesOrder, err)
+	}
+}

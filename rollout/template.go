@@ -39,6 +39,11 @@ type Template struct {
 	// room with seven) rather than to copy the line's first place; in a
 	// shuffled order copying is the only rule that fits (recipe v11).
 	ShufflePlaces bool
+	// PlacesKey, when set with ShufflePlaces, is mixed into the
+	// permutation's key: the rollout sets it per episode
+	// (Config.PlacesOrder = PlacesOrderEpisode) so that each sample of a
+	// task sees its own order. Empty: one order per room.
+	PlacesKey string
 	// NextPlace makes the compact places line name only the next place
 	// not searched yet and how many more there are ("Places not searched
 	// yet: cabinet 3 and 7 more."), as the last line before the action

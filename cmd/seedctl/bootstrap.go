@@ -208,6 +208,7 @@ func evalCommand() *cli.Command {
 			&cli.StringFlag{Name: "mode", Usage: "chat or window (default: what the model was bootstrapped for, else chat)"},
 			&cli.IntFlag{Name: "max-steps", Value: 20, Usage: "episode step limit (20: the embedded default's; 0: the environment's own)"},
 			envOptFlag(),
+			&cli.StringFlag{Name: "places-order", Usage: "room (one order of the places line per room, as demonstrated) or episode (each episode draws its own: a group's samples are pointed at different first places)"},
 			&cli.StringFlag{Name: "save", Usage: "write the trajectories (JSONL) and the result (JSON) into this folder"},
 		},
 		Action: func(c *cli.Context) error {
@@ -223,6 +224,7 @@ func evalCommand() *cli.Command {
 			res, err := basemodel.Evaluate(c.Context, basemodel.EvalConfig{
 				ModelDir: c.String("model"), Env: c.String("env"), Split: split, Episodes: c.Int("episodes"), Offset: c.Int("offset"),
 				Hints: c.String("hints"), Group: c.Int("group"), Temperature: c.Float64("temperature"), MaxTokens: c.Int("max-tokens"), Mode: c.String("mode"), Seed: 1, MaxSteps: c.Int("max-steps"), EnvOptions: opts,
+				PlacesOrder: c.String("places-order"),
 			}, log, progressLine(c.App.ErrWriter, "eval", c.Int("max-steps")))
 			if err != nil {
 				return cli.Exit("eval: "+err.Error(), 1)
