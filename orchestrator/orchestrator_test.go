@@ -123,6 +123,20 @@ func TestLoadRejectsUnknownFieldsAndNamesLines(t *testing.T) {
 	if err != nil || c.Algo != AlgoGRPO || c.RL.Beta != 5 || c.RetryFor.String() != "45s" {
 		t.Errorf("load over defaults: %+v, %v", c.RL, err)
 	}
+	// The embedded default's testbed setting is not inherited by files:
+	// a GPU config or an older run's config.json gets the environment's
+	// own defaults, and one that states them keeps them.
+	if d := Default(); d.Env.Options["placement_prior"] != "0.8" || d.Rollout.PlacesOrder != rollout.PlacesOrderEpisode {
+		t.Errorf("embedded default: env options %v, places order %q", d.Env.Options, d.Rollout.PlacesOrder)
+	}
+	if c.Env.Options != nil || c.Rollout.PlacesOrder != "" {
+		t.Errorf("a file without env.options or rollout.places_order inherited %v, %q", c.Env.Options, c.Rollout.PlacesOrder)
+	}
+	stated := filepath.Join(dir, "stated.json")
+	os.WriteFile(stated, []byte(`{"env": {"name": "household", "options": {"placement_prior": "0.5"}}, "rollout": {"places_order": "episode"}}`), 0o644)
+	if c, err := Load(stated); err != nil || c.Env.Options["placement_prior"] != "0.5" || c.Rollout.PlacesOrder != rollout.PlacesOrderEpisode || c.Rollout.GroupSize != 8 {
+		t.Errorf("a file stating them: %v, %q, group %d, %v", c.Env.Options, c.Rollout.PlacesOrder, c.Rollout.GroupSize, err)
+	}
 }
 
 func (d Duration) String() string { b, _ := d.MarshalJSON(); return strings.Trim(string(b), `"`) }

@@ -3,7 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -11,6 +14,8 @@ import (
 
 	"github.com/seedctl/seedctl/basemodel"
 	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/orchestrator"
+	"github.com/seedctl/seedctl/rollout"
 )
 
 // stageProgress prints a stage's progress with rate and ETA, at most once
@@ -208,7 +213,7 @@ func evalCommand() *cli.Command {
 			&cli.StringFlag{Name: "mode", Usage: "chat or window (default: what the model was bootstrapped for, else chat)"},
 			&cli.IntFlag{Name: "max-steps", Value: 20, Usage: "episode step limit (20: the embedded default's; 0: the environment's own)"},
 			envOptFlag(),
-			&cli.StringFlag{Name: "places-order", Usage: "room (one order of the places line per room, as demonstrated) or episode (each episode draws its own: a group's samples are pointed at different first places)"},
+			&cli.StringFlag{Name: "places-order", Value: orchestrator.Default().Rollout.PlacesOrder, Usage: "room (one order of the places line per room, as demonstrated) or episode (each episode draws its own: a group's samples are pointed at different first places; the embedded default's)"},
 			&cli.StringFlag{Name: "save", Usage: "write the trajectories (JSONL) and the result (JSON) into this folder"},
 		},
 		Action: func(c *cli.Context) error {
@@ -217,7 +222,7 @@ func evalCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("eval: "+err.Error(), 2)
 			}
-			opts, err := envOptions(c)
+			opts, err := evalEnvOptions(c)
 			if err != nil {
 				return cli.Exit("eval: "+err.Error(), 2)
 			}
@@ -239,8 +244,8 @@ func evalCommand() *cli.Command {
 				}
 			}
 			w := c.App.Writer
-			fmt.Fprintf(w, "%s %s, %d episodes, %s: success %.1f%%, mean steps %.1f, invalid actions %.1f%% (%s)\n",
-				c.String("env"), split, res.Metrics.Episodes, hints, 100*res.Metrics.Success, res.Metrics.MeanSteps, 100*res.Metrics.InvalidRate, res.Elapsed.Round(time.Second))
+			fmt.Fprintf(w, "%s %s (%s), %d episodes, %s: success %.1f%%, mean steps %.1f, invalid actions %.1f%% (%s)\n",
+				c.String("env"), split, describeEvalSetting(opts, c.String("places-order")), res.Metrics.Episodes, hints, 100*res.Metrics.Success, res.Metrics.MeanSteps, 100*res.Metrics.InvalidRate, res.Elapsed.Round(time.Second))
 			if c.Int("group") > 1 {
 				m := res.Metrics
 				fmt.Fprintf(w, "groups of %d at T=%g: first-action agreement %.2f, median distinct first places %.1f, flat failing %.1f%%, flat winning %.1f%%\n",
@@ -308,4 +313,42 @@ func accuracyCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// evalEnvOptions are eval's environment options: for the embedded
+// default's environment its options (household: placement_prior=0.8)
+// under --env-opt and --max-steps, so that eval measures what a default
+// run trains on; for other environments --env-opt alone.
+func evalEnvOptions(c *cli.Context) (envadapters.Options, error) {
+	opts, err := envOptions(c)
+	if err != nil {
+		return nil, err
+	}
+	def := orchestrator.Default().Env
+	if c.String("env") != def.Name {
+		return opts, nil
+	}
+	out := envadapters.Options{}
+	for k, v := range def.Options {
+		out[k] = v
+	}
+	for k, v := range opts {
+		out[k] = v
+	}
+	return out, nil
+}
+
+// describeEvalSetting names an eval's environment options (max_steps left
+// out: the line gives mean steps) and places order, for its result line.
+func describeEvalSetting(opts envadapters.Options, order string) string {
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(opts)) {
+		if k != "max_steps" {
+			kv = append(kv, k+"="+opts[k])
+		}
+	}
+	if order == "" {
+		order = rollout.PlacesOrderRoom
+	}
+	return strings.Join(append(kv, "places order "+order), ", ")
 }
