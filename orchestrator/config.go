@@ -97,8 +97,9 @@ type BackendConfig struct {
 	// the weights just saved (inference.VerifyServed, every endpoint): a
 	// server that kept old weights (vLLM #32718), serves another folder or
 	// restarted on the base model fails the run instead of sampling from
-	// the wrong policy. 0: 1e-3 for the embedded server (same fp32 code),
-	// 0.25 for vLLM/SGLang (bf16 kernels); negative: off. Checked only at
+	// the wrong policy. 0: 1e-3 for the embedded server (the trainer's
+	// code at the trainer's rl.dtype: measured equal to 1e-6 in float32 and
+	// bfloat16), 0.25 for vLLM/SGLang (bf16 kernels); negative: off. Checked only at
 	// rollout temperature 1, where the trainer's log-probs are the
 	// server's. One update moves a probe's log-probs by less than the
 	// remote tolerance, so a server one publish behind can pass; one
@@ -314,6 +315,13 @@ type RLConfig struct {
 	// "on" or "off". Ours: verl and OpenRLHF turn it on for their GPU
 	// recipes the same way.
 	Recompute string `json:"recompute,omitempty"`
+	// DType is the trainer's compute precision: "float32" ("" too; the
+	// CPU default) or "bfloat16" (weights, activations and gradients in
+	// bfloat16, log-softmax in float32, float32 master weights and Adam
+	// moments in the optimizer; checkpoints are published in bfloat16, as
+	// vLLM and SGLang load them). No loss scaling: bfloat16 has float32's
+	// exponent range. The GPU presets use bfloat16, as verl does.
+	DType string `json:"dtype,omitempty"`
 	// MaxRefusals stops the run after this many non-finite steps in a row.
 	MaxRefusals int `json:"max_refusals"`
 	// Advantage is the granularity of GRPO's advantages: "step_rows" (every
@@ -668,6 +676,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: rl.server_old_logp needs rollout.temperature 1, not %v: servers return log-probs of the unscaled distribution, the trainer's are at the sampling temperature", c.Rollout.Temperature)
 	case c.RL.Recompute != "" && c.RL.Recompute != "on" && c.RL.Recompute != "off":
 		return fmt.Errorf("config: rl.recompute %q: want on, off or empty (auto)", c.RL.Recompute)
+	case c.RL.DType != "" && c.RL.DType != "float32" && c.RL.DType != "bfloat16":
+		return fmt.Errorf("config: rl.dtype %q: want float32 or bfloat16", c.RL.DType)
 	case c.RL.LRSchedule != "" && c.RL.LRSchedule != LRConstant && c.RL.LRSchedule != LRCosine:
 		return fmt.Errorf("config: rl.lr_schedule %q: want %q or %q", c.RL.LRSchedule, LRConstant, LRCosine)
 	case c.RL.WarmupSteps < 0 || c.RL.MinLRFrac < 0 || c.RL.MinLRFrac > 1:

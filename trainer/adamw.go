@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 
+	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -25,7 +26,14 @@ type Optimizer struct {
 	lr, wd            float64
 	beta1, beta2, eps float64
 	step              int64
-	exp, expSq        []*ts.Tensor // first and second moments, per parameter
+	exp, expSq        []*ts.Tensor // first and second moments, per parameter (float32)
+	// master holds float32 copies of the weights when the model computes
+	// in a lower precision (bfloat16): the update is applied to them and
+	// the model's weights are their rounding. Without them an update below
+	// bfloat16's resolution (a weight of 1 moves in steps of 2^-7, while
+	// lr·update is ~1e-6 at the paper's learning rate) would be lost.
+	// nil for float32 models.
+	master []*ts.Tensor
 }
 
 // NewAdamW builds an AdamW optimizer for m (β = 0.9, 0.999, ε = 1e-8).
@@ -37,13 +45,28 @@ func (m *Model) NewAdamW(lr, weightDecay float64) (*Optimizer, error) {
 	var err error
 	func() {
 		defer guard(&err, "building AdamW")
-		for _, p := range m.params {
-			o.exp = append(o.exp, must(p.t.ZerosLike(false)))
-			o.expSq = append(o.expSq, must(p.t.ZerosLike(false)))
+		if m.dtype != gotch.Float {
+			withoutGrad(func() {
+				for _, p := range m.params {
+					o.master = append(o.master, must(p.t.Totype(gotch.Float, false)))
+				}
+			})
+		}
+		for i, p := range m.params {
+			w := p.t
+			if o.master != nil {
+				w = o.master[i]
+			}
+			o.exp = append(o.exp, must(w.ZerosLike(false)))
+			o.expSq = append(o.expSq, must(w.ZerosLike(false)))
 		}
 	}()
 	return o, err
 }
+
+// MasterWeights says whether the optimizer keeps float32 master weights
+// (the model computes in bfloat16).
+func (o *Optimizer) MasterWeights() bool { return o.master != nil }
 
 // SetLR changes the learning rate.
 func (o *Optimizer) SetLR(lr float64) { o.lr = lr }
@@ -63,9 +86,16 @@ func (o *Optimizer) adamStep() {
 				drop(g)
 				continue
 			}
+			w := p.t
+			if o.master != nil {
+				w = o.master[i]
+				g32 := must(g.Totype(gotch.Float, false))
+				drop(g)
+				g = g32
+			}
 			if o.wd > 0 {
 				s := ts.FloatScalar(1 - o.lr*o.wd)
-				must0(p.t.MulScalar_(s))
+				must0(w.MulScalar_(s))
 				runtime.KeepAlive(s)
 			}
 			m, v := o.exp[i], o.expSq[i]
@@ -76,11 +106,26 @@ func (o *Optimizer) adamStep() {
 			v.Copy_(nv)
 			denom := addScalar(mulScalar(must(v.Sqrt(false)), 1/math.Sqrt(bc2), true), o.eps, true)
 			upd := mulScalar(must(m.Div(denom, false)), o.lr/bc1, true)
-			must0(p.t.Sub_(upd))
+			must0(w.Sub_(upd))
+			if o.master != nil {
+				p.t.Copy_(w) // rounds to the model's dtype
+			}
 			runtime.KeepAlive(p.t)
+			runtime.KeepAlive(w)
 			drop(nm, nv, g2, denom, upd, g)
 		}
 	})
+}
+
+// masterSuffix names a parameter's float32 master weights in the state file.
+const masterSuffix = ".master"
+
+// loadInto copies float32 little-endian bytes of shape into dst.
+func loadInto(dst *ts.Tensor, b []byte, shape []int64, dev gotch.Device) {
+	src := must(tensorFromBytes(b, "F32", shape).To(dev, true))
+	c := must(src.Totype(dst.DType(), true))
+	withoutGrad(func() { dst.Copy_(c) })
+	drop(c)
 }
 
 type optimizerMeta struct {
@@ -103,6 +148,9 @@ func (o *Optimizer) SaveState(dir string) (err error) {
 			t      *ts.Tensor
 		}{{".exp_avg", o.exp[i]}, {".exp_avg_sq", o.expSq[i]}} {
 			tensors = append(tensors, stTensor{name: p.name + mom.suffix, dtype: "F32", shape: p.shape, data: tensorBytes(mom.t, "F32")})
+		}
+		if o.master != nil {
+			tensors = append(tensors, stTensor{name: p.name + masterSuffix, dtype: "F32", shape: p.shape, data: tensorBytes(o.master[i], "F32")})
 		}
 	}
 	mb, _ := json.Marshal(optimizerMeta{o.step, o.lr, o.wd, o.beta1, o.beta2, o.eps})
@@ -140,10 +188,19 @@ func (o *Optimizer) LoadState(dir string) (err error) {
 			if e.DType != "F32" || !equalShape(e.Shape, p.shape) {
 				return fmt.Errorf("loading optimizer state: %s: %s%s is %s %v, want F32 %v: %w", path, p.name, mom.suffix, e.DType, e.Shape, p.shape, ErrCheckpoint)
 			}
-			src := must(tensorFromBytes(b, "F32", p.shape).To(o.m.device, true))
-			c := must(src.Totype(mom.t.DType(), true))
-			withoutGrad(func() { mom.t.Copy_(c) })
-			drop(c)
+			loadInto(mom.t, b, p.shape, o.m.device)
+		}
+		if o.master == nil {
+			continue
+		}
+		// A state saved by a float32 run has no master weights: the
+		// checkpoint's weights (already loaded) stand in for them.
+		if b, e, err := f.read(p.name + masterSuffix); err == nil {
+			if e.DType != "F32" || !equalShape(e.Shape, p.shape) {
+				return fmt.Errorf("loading optimizer state: %s: %s%s is %s %v, want F32 %v: %w", path, p.name, masterSuffix, e.DType, e.Shape, p.shape, ErrCheckpoint)
+			}
+			loadInto(o.master[i], b, p.shape, o.m.device)
+			withoutGrad(func() { p.t.Copy_(o.master[i]) })
 		}
 	}
 	if meta.Beta1 <= 0 || meta.Beta2 <= 0 {

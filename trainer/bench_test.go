@@ -269,3 +269,49 @@ func BenchmarkRecompute(b *testing.B) {
 	b.ReportMetric(float64(b.N*batch*seq)/rec.Seconds(), "recompute-tokens/s")
 	b.ReportMetric(rec.Seconds()/plain.Seconds(), "recompute-ratio")
 }
+
+// BenchmarkBF16Step: one forward+backward and optimizer step of the bench
+// model in float32 and in bfloat16 (float32 master weights), side by side.
+// On a GPU bfloat16 is the fast path; on a CPU without native bfloat16
+// matmuls it is the slow one — the ratio says which this machine is.
+func BenchmarkBF16Step(b *testing.B) {
+	const batch, seq = 4, 256
+	cfg := benchConfig()
+	in, targets := randomLMBatch(cfg.VocabSize, batch, seq)
+	var models [2]*Model
+	var opts [2]*Optimizer
+	for i, dt := range []string{"float32", "bfloat16"} {
+		m, err := InitRandom(cfg, ModelOptions{DType: dt}, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer m.Close()
+		o, err := m.NewAdamW(1e-5, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		models[i], opts[i] = m, o
+	}
+	step := func(i int) time.Duration {
+		start := time.Now()
+		if _, err := models[i].NLLBackward(in, targets); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := opts[i].Step(1); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	step(0)
+	step(1) // warm-up
+	var f32, bf16 time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		f32 += step(0)
+		bf16 += step(1)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*batch*seq)/f32.Seconds(), "fp32-tokens/s")
+	b.ReportMetric(float64(b.N*batch*seq)/bf16.Seconds(), "bf16-tokens/s")
+	b.ReportMetric(bf16.Seconds()/f32.Seconds(), "bf16-time-ratio")
+}

@@ -28,6 +28,11 @@ func (o *Optimizer) GradNorm() (norm float64, err error) {
 				drop(g)
 				continue
 			}
+			if g.DType() != gotch.Float { // bfloat16 gradients: square in float32
+				gf := must(g.Totype(gotch.Float, false))
+				drop(g)
+				g = gf
+			}
 			sq := must(must(g.Square(false)).Sum(gotch.Double, true))
 			sum += scalarFloat(sq)
 			drop(sq, g)

@@ -88,7 +88,7 @@ func benchCommand() *cli.Command {
 				out = filepath.Join("bench", "results", time.Now().Format("2006-01-02")+"-"+host)
 			}
 			deps := orchestrator.Deps{NewLearner: newLearner(c.String("device")), Log: log, Progress: c.App.ErrWriter,
-				OpenBackend: openBackendFor(base.Backend, time.Duration(base.RetryFor), log)}
+				OpenBackend: openBackendFor(base.Backend, base.RL.DType, time.Duration(base.RetryFor), log)}
 			start := time.Now()
 			if _, err := benchmarks.Run(c.Context, spec, out, deps, c.App.ErrWriter, log); err != nil {
 				return cli.Exit("bench: "+err.Error()+" (rerun with --out "+out+" to resume)", 1)

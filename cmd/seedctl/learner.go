@@ -25,7 +25,7 @@ type gotchLearner struct {
 
 func newLearner(device string) orchestrator.LearnerFactory {
 	return func(spec orchestrator.LearnerSpec) (orchestrator.Learner, error) {
-		mo := trainer.ModelOptions{Device: device}
+		mo := trainer.ModelOptions{Device: device, DType: spec.RL.DType}
 		m, err := trainer.LoadCheckpoint(spec.Policy, mo)
 		if err != nil {
 			return nil, fmt.Errorf("loading the policy: %w", err)

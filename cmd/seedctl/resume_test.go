@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 
 func tinyDeps() orchestrator.Deps {
 	cfg := orchestrator.Default()
-	return orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, 0, zerolog.Nop())}
+	return orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())}
 }
 
 // sameRecords compares what two runs wrote for iterations 1..n, leaving out

@@ -56,13 +56,17 @@ func remotePool(cfg orchestrator.BackendConfig, ic inference.Config, log zerolog
 }
 
 // openBackendFor makes the orchestrator's backend opener for a config.
-func openBackendFor(cfg orchestrator.BackendConfig, retryFor time.Duration, log zerolog.Logger) func(ctx context.Context, dir string) (inference.Backend, error) {
+func openBackendFor(cfg orchestrator.BackendConfig, dtype string, retryFor time.Duration, log zerolog.Logger) func(ctx context.Context, dir string) (inference.Backend, error) {
 	return func(ctx context.Context, dir string) (inference.Backend, error) {
 		ic := backendConfig(cfg, retryFor)
 		switch {
 		case cfg.Kind == "embedded":
 			scfg := server.DefaultConfig(dir)
 			scfg.MaxModelLen = 16384
+			// The trainer's precision (rl.dtype): a bfloat16 policy is
+			// sampled in bfloat16, as vLLM serves it, and the publish
+			// check compares like with like.
+			scfg.DType = dtype
 			return inference.NewEmbedded(ctx, scfg, ic, log)
 		case len(cfg.Launch) > 0:
 			serve := dir
@@ -157,7 +161,7 @@ func runCommand() *cli.Command {
 				if err != nil {
 					return cli.Exit("run --resume: "+err.Error(), 2)
 				}
-				deps.OpenBackend = openBackendFor(cfg.Backend, time.Duration(cfg.RetryFor), log)
+				deps.OpenBackend = openBackendFor(cfg.Backend, cfg.RL.DType, time.Duration(cfg.RetryFor), log)
 				res, err := orchestrator.Resume(c.Context, dir, deps)
 				return reportRun(c, res, err)
 			}
@@ -179,7 +183,7 @@ func runCommand() *cli.Command {
 			if err := cfg.Validate(); err != nil {
 				return cli.Exit("run: "+err.Error(), 2)
 			}
-			deps.OpenBackend = openBackendFor(cfg.Backend, time.Duration(cfg.RetryFor), log)
+			deps.OpenBackend = openBackendFor(cfg.Backend, cfg.RL.DType, time.Duration(cfg.RetryFor), log)
 			res, err := orchestrator.Start(c.Context, cfg, deps)
 			return reportRun(c, res, err)
 		},

@@ -21,6 +21,7 @@ import (
 	"github.com/seedctl/seedctl/inference/server/servertest"
 	"github.com/seedctl/seedctl/orchestrator"
 	"github.com/seedctl/seedctl/rollout"
+	"github.com/seedctl/seedctl/trainer"
 )
 
 // tinyRunConfig is a few-second SEED run on a random tiny checkpoint.
@@ -49,7 +50,7 @@ func tinyRunConfig(t *testing.T, algo string) orchestrator.Config {
 func TestRunEndToEndTinyModel(t *testing.T) {
 	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
 	var backend inference.Backend
-	open := openBackendFor(cfg.Backend, 0, zerolog.Nop())
+	open := openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())
 	probe := []int{5, 17, 3, 88, 41, 9}
 	var served [][]float64
 	deps := orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(),
@@ -160,7 +161,7 @@ func (stalePublisher) Publish(context.Context, string, string) error { return ni
 // sampling the next iteration from the wrong policy.
 func TestRunStopsOnStaleWeights(t *testing.T) {
 	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
-	open := openBackendFor(cfg.Backend, 0, zerolog.Nop())
+	open := openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())
 	deps := orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(),
 		OpenBackend: func(ctx context.Context, dir string) (inference.Backend, error) {
 			b, err := open(ctx, dir)
@@ -172,6 +173,28 @@ func TestRunStopsOnStaleWeights(t *testing.T) {
 	_, err := orchestrator.Start(context.Background(), cfg, deps)
 	if !errors.Is(err, inference.ErrStaleWeights) || !strings.Contains(err.Error(), "iter-1") {
 		t.Fatalf("a server that kept its weights: %v", err)
+	}
+}
+
+// TestRunBF16Trainer: a run whose trainer computes in bfloat16 trains,
+// publishes bfloat16 checkpoints (as vLLM loads them) with float32 master
+// weights in the optimizer state, and passes the publish verification.
+func TestRunBF16Trainer(t *testing.T) {
+	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
+	cfg.Iterations, cfg.RL.DType = 2, "bfloat16"
+	res, err := orchestrator.Start(context.Background(), cfg, orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(),
+		OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck := filepath.Join(res.Dir, "checkpoints", "iter-2")
+	info, err := trainer.InspectCheckpoint(ck)
+	if err != nil || info.DTypes["BF16"] != info.Params || info.Params == 0 {
+		t.Fatalf("iter-2 checkpoint dtypes %v of %d parameters (%v), want all BF16", info.DTypes, info.Params, err)
+	}
+	st, err := os.ReadFile(filepath.Join(ck, trainer.OptimizerStateFile))
+	if err != nil || !bytes.Contains(st, []byte(".master")) {
+		t.Errorf("optimizer state without master weights (%v)", err)
 	}
 }
 
@@ -390,7 +413,7 @@ func TestRunStopsAtPlateau(t *testing.T) {
 	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
 	cfg.Iterations, cfg.Eval.Every, cfg.Eval.PlateauPatience = 3, 1, 1
 	res, err := orchestrator.Start(context.Background(), cfg, orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(),
-		OpenBackend: openBackendFor(cfg.Backend, 0, zerolog.Nop())})
+		OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())})
 	if err != nil {
 		t.Fatal(err)
 	}
