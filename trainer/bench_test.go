@@ -315,3 +315,39 @@ func BenchmarkBF16Step(b *testing.B) {
 	b.ReportMetric(float64(b.N*batch*seq)/bf16.Seconds(), "bf16-tokens/s")
 	b.ReportMetric(bf16.Seconds()/f32.Seconds(), "bf16-time-ratio")
 }
+
+// BenchmarkHeadChunks: an NLL forward+backward of the bench model (the
+// embedded default's shape) with the LM head in chunks of headChunkTokens
+// positions against one chunk over the whole micro-batch, side by side:
+// what chunking costs where the vocabulary is small.
+func BenchmarkHeadChunks(b *testing.B) {
+	defer func(n int) { headChunkTokens = n }(headChunkTokens)
+	const batch, seq = 8, 256
+	cfg := benchConfig()
+	m, err := InitRandom(cfg, ModelOptions{}, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	in, targets := randomLMBatch(cfg.VocabSize, batch, seq)
+	chunk := headChunkTokens
+	step := func(n int) time.Duration {
+		headChunkTokens = n
+		start := time.Now()
+		if _, err := m.NLLBackward(in, targets); err != nil {
+			b.Fatal(err)
+		}
+		m.ZeroGrad()
+		return time.Since(start)
+	}
+	step(chunk)
+	step(1 << 30)
+	var chunked, whole time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		chunked += step(chunk)
+		whole += step(1 << 30)
+	}
+	b.StopTimer()
+	b.ReportMetric(chunked.Seconds()/whole.Seconds(), "chunked-time-ratio")
+}

@@ -346,6 +346,16 @@ func (c *KVCache) Free() {
 // forward runs the decoder and returns logits [B, T, V] in the model dtype.
 // It panics with torchError on libtorch failures; callers guard.
 func (m *Model) forward(in Input, cache *KVCache) *ts.Tensor {
+	return m.forwardTo(in, cache, true)
+}
+
+// forwardHidden is forward without the language-model head: the final
+// norm's output [B, T, hidden], for a head applied in chunks.
+func (m *Model) forwardHidden(in Input) *ts.Tensor {
+	return m.forwardTo(in, nil, false)
+}
+
+func (m *Model) forwardTo(in Input, cache *KVCache, head bool) *ts.Tensor {
 	b, t, err := in.shape()
 	if err != nil {
 		panic(torchError{err})
@@ -401,7 +411,7 @@ func (m *Model) forward(in Input, cache *KVCache) *ts.Tensor {
 	if cache != nil {
 		kv = cache
 	}
-	logits := m.run(flat, pos, int64(b), int64(t), mask, kv)
+	logits := m.runTo(flat, pos, int64(b), int64(t), mask, kv, head)
 	if cache != nil {
 		if past == 0 {
 			cache.segs = make([][]int, b)
@@ -417,12 +427,18 @@ func (m *Model) forward(in Input, cache *KVCache) *ts.Tensor {
 // run embeds ids [B·T], applies the layers with the given mask and kv
 // store, and returns logits [B, T, V].
 func (m *Model) run(flat []int64, pos []float32, b, t int64, mask *attnMask, kv kvStore) *ts.Tensor {
+	return m.runTo(flat, pos, b, t, mask, kv, true)
+}
+
+// runTo is run; without head it returns the final norm's output instead
+// of the logits.
+func (m *Model) runTo(flat []int64, pos []float32, b, t int64, mask *attnMask, kv kvStore, head bool) *ts.Tensor {
 	ids := fromSlice(flat, []int64{b, t})
 	ids = must(ids.To(m.device, true))
 	cos, sin := m.rope(pos, b, t)
 	grad := gradEnabled()
 	if m.recompute && kv == nil && grad {
-		return m.runRecomputed(ids, cos, sin, mask)
+		return m.runRecomputed(ids, cos, sin, mask, head)
 	}
 	defer drop(cos, sin)
 	chunk := int64(0)
@@ -437,6 +453,9 @@ func (m *Model) run(flat []int64, pos []float32, b, t int64, mask *attnMask, kv 
 	}
 	hN := rmsNorm(x, m.norm, m.cfg.RMSNormEps)
 	drop(x)
+	if !head {
+		return hN
+	}
 	logits := linear(hN, m.lmHead, nil)
 	drop(hN)
 	return logits
@@ -505,7 +524,7 @@ func gradEnabled() bool {
 
 // runRecomputed is run with activation recomputation; it takes ownership
 // of ids, cos and sin.
-func (m *Model) runRecomputed(ids, cos, sin *ts.Tensor, mask *attnMask) *ts.Tensor {
+func (m *Model) runRecomputed(ids, cos, sin *ts.Tensor, mask *attnMask, head bool) *ts.Tensor {
 	if m.pending != nil { // a forward whose backward never ran (an error in between)
 		m.pending.free()
 		m.pending = nil
@@ -526,6 +545,9 @@ func (m *Model) runRecomputed(ids, cos, sin *ts.Tensor, mask *attnMask) *ts.Tens
 	r.last = hL
 	m.pending = r
 	hN := rmsNorm(hL, m.norm, m.cfg.RMSNormEps)
+	if !head {
+		return hN
+	}
 	logits := linear(hN, m.lmHead, nil)
 	drop(hN)
 	return logits

@@ -4,14 +4,14 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-
-	"github.com/sugarme/gotch"
 )
 
 // NLLBackward computes the mean negative log-likelihood of the unmasked
 // targets (ids >= 0) and accumulates its gradient into the parameters. It is
-// the core of SFT; call ZeroGrad between optimizer steps. A non-finite loss
-// is returned as an error before any gradient is accumulated.
+// the core of SFT; call ZeroGrad between optimizer steps. A non-finite
+// log-prob is an error wrapping ErrNonFinite; the head is applied in chunks
+// (headChunkTokens), so part of the gradient may have accumulated by then
+// and the caller refuses the step and zeroes the gradients (TrainSFT does).
 func (m *Model) NLLBackward(in Input, targets [][]int) (loss float64, err error) {
 	return m.nllBackward(in, targets, nil, 0)
 }
@@ -35,26 +35,30 @@ func (m *Model) nllBackward(in Input, targets [][]int, weights [][]float32, deno
 	if denom == 0 {
 		denom = float64(n)
 	}
-	lp := m.tokenLogProbsT(in, targets)
-	if weights != nil {
-		flat := make([]float32, 0, len(weights)*len(weights[0]))
-		for _, row := range weights {
-			flat = append(flat, row...)
+	_, width, err := in.shape()
+	if err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	err = m.headBackward(in, targets, 1, false, func(j int, l, _ float64) (float64, float64, error) {
+		b, k := j/width, j%width
+		if targets[b][k] < 0 {
+			return 0, 0, nil
 		}
-		w := must(fromSlice(flat, []int64{int64(len(weights)), int64(len(weights[0]))}).To(m.device, true))
-		lp = must(lp.Mul(w, true))
-		drop(w)
+		if math.IsNaN(l) || math.IsInf(l, 0) {
+			return 0, 0, fmt.Errorf("NLL step: log-prob %v at row %d position %d: %w", l, b, k, ErrNonFinite)
+		}
+		w := 1.0
+		if weights != nil {
+			w = float64(weights[b][k])
+		}
+		sum += w * l
+		return -w / denom, 0, nil
+	})
+	if err != nil {
+		return math.NaN(), err
 	}
-	sum := must(lp.Sum(gotch.Float, true))
-	l := mulScalar(sum, -1/denom, true)
-	defer drop(l)
-	loss = scalarFloat(l)
-	if math.IsNaN(loss) || math.IsInf(loss, 0) {
-		return loss, fmt.Errorf("NLL step: loss is %v", loss)
-	}
-	must0(l.Backward())
-	m.afterBackward()
-	return loss, nil
+	return -sum / denom, nil
 }
 
 // ZeroGrad clears accumulated gradients. (gotch's Tensor.ZeroGrad lets its

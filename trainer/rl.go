@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"runtime/debug"
 	"sort"
 	"time"
@@ -453,95 +452,189 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 			}
 		}
 	}
-	// With an entropy bonus the entropy keeps its graph: the surrogate
-	// below adds −coef/nTrain · H at every trained position.
-	lp, ent := m.scoreT(in, targets, true, cfg.Temperature, cfg.EntropyCoef > 0)
-	defer drop(lp, ent)
-	det := must(lp.Detach(false))
-	lpv := rows2D(det)
-	drop(det)
-	entDet := must(ent.Detach(false))
-	entv := rows2D(entDet)
-	drop(entDet)
-	w := make([]float32, len(mb)*width)
-	var we []float32
-	if cfg.EntropyCoef > 0 {
-		we = make([]float32, len(mb)*width)
-	}
-	for b, i := range mb {
-		s := &batch[i]
-		for k := 0; k < width; k++ {
-			if targets[b][k] < 0 {
-				continue
-			}
-			pos := k + 1
-			l := float64(lpv[b][k])
-			if math.IsNaN(l) || math.IsInf(l, 0) {
-				return fmt.Errorf("rl step: log-prob %v of %q at %d: %w", l, s.ID, pos, ErrNonFinite)
-			}
-			// A sampled token had probability > 0: a non-finite ℓold is bad
-			// input (dual-clip would otherwise cap an infinite ratio quietly).
-			if o := float64(s.OldLogP[pos]); math.IsNaN(o) || math.IsInf(o, 0) {
-				return fmt.Errorf("rl step: old log-prob %v of %q at %d: %w", o, s.ID, pos, ErrNonFinite)
-			}
-			t := termsAt(l, s, pos, cfg)
-			st.GRPOLoss += t.grpo
-			d := t.dGRPO / float64(nTrain)
-			if t.clipped {
-				acc.clip++
-			}
-			if t.dualClipped {
-				acc.dualClip++
-			}
-			if we != nil {
-				we[b*width+k] = float32(-cfg.EntropyCoef / float64(nTrain))
-			}
-			st.RatioMaxDev = math.Max(st.RatioMaxDev, math.Abs(math.Exp(l-float64(s.OldLogP[pos]))-1))
-			if s.Distill != nil && s.Distill[pos] {
-				st.OPDLoss += t.opd
-				acc.distilled.add(t.gate, t.delta)
-				if l < acc.decisionLogP {
-					acc.decision.add(t.gate, t.delta)
-					switch a := s.advantage(pos); {
-					case a > 0:
-						acc.posAdv.add(t.gate, t.delta)
-					case a < 0:
-						acc.negAdv.add(t.gate, t.delta)
-					}
+	// The loss's derivative per token, from the detached log-prob l and
+	// entropy e of flat position j (row j/width, position j%width): d for
+	// ℓθ, de for the entropy (with an entropy bonus).
+	derivs := func(j int, l, e float64) (d, de float64, err error) {
+		b, k := j/width, j%width
+		if targets[b][k] < 0 {
+			return 0, 0, nil
+		}
+		s := &batch[mb[b]]
+		pos := k + 1
+		if math.IsNaN(l) || math.IsInf(l, 0) {
+			return 0, 0, fmt.Errorf("rl step: log-prob %v of %q at %d: %w", l, s.ID, pos, ErrNonFinite)
+		}
+		// A sampled token had probability > 0: a non-finite ℓold is bad
+		// input (dual-clip would otherwise cap an infinite ratio quietly).
+		if o := float64(s.OldLogP[pos]); math.IsNaN(o) || math.IsInf(o, 0) {
+			return 0, 0, fmt.Errorf("rl step: old log-prob %v of %q at %d: %w", o, s.ID, pos, ErrNonFinite)
+		}
+		t := termsAt(l, s, pos, cfg)
+		st.GRPOLoss += t.grpo
+		d = t.dGRPO / float64(nTrain)
+		if t.clipped {
+			acc.clip++
+		}
+		if t.dualClipped {
+			acc.dualClip++
+		}
+		if cfg.EntropyCoef > 0 {
+			de = -cfg.EntropyCoef / float64(nTrain)
+		}
+		st.RatioMaxDev = math.Max(st.RatioMaxDev, math.Abs(math.Exp(l-float64(s.OldLogP[pos]))-1))
+		if s.Distill != nil && s.Distill[pos] {
+			st.OPDLoss += t.opd
+			acc.distilled.add(t.gate, t.delta)
+			if l < acc.decisionLogP {
+				acc.decision.add(t.gate, t.delta)
+				switch a := s.advantage(pos); {
+				case a > 0:
+					acc.posAdv.add(t.gate, t.delta)
+				case a < 0:
+					acc.negAdv.add(t.gate, t.delta)
 				}
-				d += cfg.Lambda * t.dOPD / float64(nDistill)
 			}
-			if t.hasKL {
-				st.KL += t.kl
-				d += cfg.KLCoef * t.dK / float64(nKL)
+			d += cfg.Lambda * t.dOPD / float64(nDistill)
+		}
+		if t.hasKL {
+			st.KL += t.kl
+			d += cfg.KLCoef * t.dK / float64(nKL)
+		}
+		acc.ent += e
+		if math.IsNaN(d) || math.IsInf(d, 0) || math.IsNaN(t.grpo+t.opd+t.kl) || math.IsInf(t.grpo+t.opd+t.kl, 0) {
+			return 0, 0, fmt.Errorf("rl step: loss of %q at %d is not finite (log-prob %v): %w", s.ID, pos, l, ErrNonFinite)
+		}
+		return d, de, nil
+	}
+	return m.headBackward(in, targets, cfg.Temperature, cfg.EntropyCoef > 0, derivs)
+}
+
+// headChunkTokens bounds the positions whose [positions, vocabulary]
+// log-softmax exists at once in a training step: the head is applied to
+// the final hidden states a chunk at a time, each chunk's part of the loss
+// back-propagated to the hidden states before the next is computed, and
+// the decoder's backward pass runs once from their summed gradient. With a
+// 152k vocabulary a 16k-token micro-batch would otherwise hold ~46 GiB of
+// log-probabilities (docs/gpu.md, memory plan); chunked, ~3 GiB at any
+// size. The gradient is the same.
+var headChunkTokens = 1024
+
+// headBackward runs in through the decoder with a graph, then the head in
+// chunks of headChunkTokens positions: for each chunk, the log-probs of
+// targets (flat position j = row·T + column; targets < 0 score 0 and get
+// no gradient) and the policy's entropy are read (the entropy keeps a
+// graph only with entropyGrad), derivs
+// gives the loss's derivative with respect to each (computed from the
+// detached values), and the chunk's surrogate Σ d·ℓ + de·H is
+// back-propagated at once. The hidden states' gradient then flows through
+// the decoder (and, with recomputation, afterBackward's layer-by-layer
+// pass).
+func (m *Model) headBackward(in Input, targets [][]int, temperature float64, entropyGrad bool, derivs func(j int, l, e float64) (d, de float64, err error)) error {
+	b, t, err := in.shape()
+	if err != nil {
+		return err
+	}
+	hN := m.forwardHidden(in)
+	hDim := int64(m.cfg.HiddenSize)
+	flatH := must(hN.Reshape([]int64{int64(b * t), hDim}, false))
+	leaf := must(must(flatH.Detach(true)).SetRequiresGrad(true, true))
+	defer drop(leaf)
+	flat := make([]int64, b*t)
+	keep := make([]float32, b*t)
+	for i, row := range targets {
+		for k, id := range row {
+			if id >= 0 {
+				flat[i*t+k], keep[i*t+k] = int64(id), 1
 			}
-			acc.ent += float64(entv[b][k])
-			if math.IsNaN(d) || math.IsInf(d, 0) || math.IsNaN(t.grpo+t.opd+t.kl) || math.IsInf(t.grpo+t.opd+t.kl, 0) {
-				return fmt.Errorf("rl step: loss of %q at %d is not finite (log-prob %v): %w", s.ID, pos, l, ErrNonFinite)
-			}
-			w[b*width+k] = float32(d)
 		}
 	}
-	// The surrogate Σ w·ℓθ has exactly the loss's gradient (w is the
-	// loss's derivative per token, computed above with gates detached).
-	shape := []int64{int64(len(mb)), int64(width)}
-	wt := must(fromSlice(w, shape).To(m.device, true))
+	n := b * t
+	for lo := 0; lo < n; lo += headChunkTokens {
+		c := min(headChunkTokens, n-lo)
+		if err := m.headChunk(leaf, lo, c, flat[lo:lo+c], keep[lo:lo+c], temperature, entropyGrad, derivs); err != nil {
+			drop(hN)
+			return err
+		}
+	}
+	g := must(leaf.Grad(false))
+	gv := must(must(g.Detach(false)).View([]int64{int64(b), int64(t), hDim}, true))
+	drop(g)
+	sur := must(must(hN.Mul(gv, true)).Sum(gotch.Float, true))
+	drop(gv)
+	must0(sur.Backward())
+	drop(sur)
+	m.afterBackward()
+	return nil
+}
+
+// headChunk is one chunk of headBackward: positions [lo, lo+c) of leaf.
+func (m *Model) headChunk(leaf *ts.Tensor, lo, c int, ids []int64, keep []float32, temperature float64, entropyGrad bool, derivs func(j int, l, e float64) (d, de float64, err error)) error {
+	h := must(leaf.Narrow(0, int64(lo), int64(c), false))
+	logits := linear(h, m.lmHead, nil)
+	drop(h)
+	if temperature > 0 && temperature != 1 {
+		logits = mulScalar(logits, 1/temperature, true)
+	}
+	logp := must(logits.LogSoftmax(-1, gotch.Float, true))
+	idx := must(fromSlice(ids, []int64{int64(c), 1}).To(m.device, true))
+	g := must(must(logp.Gather(1, idx, false, false)).SqueezeDim(1, true))
+	drop(idx)
+	k := must(fromSlice(keep, []int64{int64(c)}).To(m.device, true))
+	lp := must(g.Mul(k, true))
+	drop(k)
+	// The entropy is always read (a logged figure); it keeps a graph only
+	// with the bonus.
+	d := logp
+	if !entropyGrad {
+		d = must(logp.Detach(false))
+	}
+	p := must(d.Exp(false))
+	pl := must(p.Mul(d, true))
+	ent := mulScalar(must(pl.SumDimIntlist([]int64{-1}, false, gotch.Float, true)), -1, true)
+	if !entropyGrad {
+		drop(d)
+	}
+	drop(logp)
+	defer drop(lp, ent)
+	lv, ev := values1D(lp), values1D(ent)
+	w := make([]float32, c)
+	we := make([]float32, c)
+	for i := range w {
+		d, de, err := derivs(lo+i, float64(lv[i]), float64(ev[i]))
+		if err != nil {
+			return err
+		}
+		w[i], we[i] = float32(d), float32(de)
+	}
+	// The surrogate Σ w·ℓθ (+ Σ we·H) has exactly the loss's gradient (w
+	// is the loss's derivative per token, computed with gates detached).
+	wt := must(fromSlice(w, []int64{int64(c)}).To(m.device, true))
 	prod := must(lp.Mul(wt, false))
 	var wet *ts.Tensor
-	if we != nil {
-		wet = must(fromSlice(we, shape).To(m.device, true))
-		prod = must(prod.Add(must(ent.Mul(wet, false)), true))
+	if entropyGrad {
+		wet = must(fromSlice(we, []int64{int64(c)}).To(m.device, true))
+		em := must(ent.Mul(wet, false))
+		prod = must(prod.Add(em, true))
+		drop(em)
 	}
 	sur := must(prod.Sum(gotch.Float, true))
 	must0(sur.Backward())
-	m.afterBackward()
-	runtime.KeepAlive(wt)
-	runtime.KeepAlive(wet)
 	drop(sur, wt)
 	if wet != nil {
 		drop(wet)
 	}
 	return nil
+}
+
+// values1D reads a 1-D tensor's values as float32 (detached).
+func values1D(x *ts.Tensor) []float32 {
+	d := must(x.Detach(false))
+	f := must(must(d.Totype(gotch.Float, true)).To(gotch.CPU, true))
+	defer drop(f)
+	out := make([]float32, f.Numel())
+	must0(f.CopyData(out, f.Numel()))
+	return out
 }
 
 // scoreT is tokenLogProbsFull's log-probs plus, when wantEntropy, the

@@ -43,6 +43,7 @@ func modelCommand() *cli.Command {
 			bootstrapCommand(),
 			refineCommand(),
 			accuracyCommand(),
+			memcheckCommand(),
 		},
 	}
 }
@@ -55,7 +56,7 @@ func modelInitCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Required: true, Usage: "checkpoint folder to write (replaced atomically if it exists)"},
 			&cli.StringFlag{Name: "arch", Value: "qwen2", Usage: "qwen2 (Qwen2/2.5), qwen3 or llama (Llama 3)"},
-			&cli.StringFlag{Name: "size", Value: "tiny", Usage: "preset: tiny, small or base (see --hidden etc. to override)"},
+			&cli.StringFlag{Name: "size", Value: "tiny", Usage: "preset: tiny, small, base, or a released shape with random weights (qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b, qwen3-1.7b, qwen3-4b; --arch is then the shape's); see --hidden etc. to override"},
 			&cli.IntFlag{Name: "hidden", Usage: "hidden size (overrides the preset)"},
 			&cli.IntFlag{Name: "intermediate", Usage: "MLP size (overrides the preset)"},
 			&cli.IntFlag{Name: "layers", Usage: "decoder layers (overrides the preset)"},
@@ -148,6 +149,9 @@ func initTokenizer(dir, corpus string, vocab int) (*tokenizer.Tokenizer, *tokeni
 }
 
 func initConfig(c *cli.Context, tok *tokenizer.Tokenizer, tcfg *tokenizer.Config) (*trainer.ModelConfig, error) {
+	if shape, ok := trainer.KnownShape(c.String("size")); ok {
+		return realShapeConfig(c, shape, tok, tcfg)
+	}
 	arch := c.String("arch")
 	class, ok := archClassNames[arch]
 	if !ok {
@@ -155,7 +159,7 @@ func initConfig(c *cli.Context, tok *tokenizer.Tokenizer, tcfg *tokenizer.Config
 	}
 	size, ok := modelSizes[c.String("size")]
 	if !ok {
-		return nil, fmt.Errorf("--size %q: want tiny, small or base", c.String("size"))
+		return nil, fmt.Errorf("--size %q: want tiny, small, base or a released shape (%s)", c.String("size"), strings.Join(trainer.ShapeNames(), ", "))
 	}
 	for flag, dst := range map[string]*int{"hidden": &size.hidden, "intermediate": &size.inter, "layers": &size.layers, "heads": &size.heads, "kv-heads": &size.kv} {
 		if c.IsSet(flag) {
@@ -369,4 +373,91 @@ func humanBytes(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+func memcheckCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "memcheck",
+		Usage: "run RL steps of a model on random rows and set the measured peak memory beside the memory plan's prediction (CPU; e.g. seedctl model memcheck --model DIR --tokens 2048)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "model", Required: true, Usage: "checkpoint folder (seedctl model init --size qwen2.5-0.5b makes one of the real shape)"},
+			&cli.IntFlag{Name: "tokens", Value: 2048, Usage: "padded tokens per micro-batch"},
+			&cli.IntFlag{Name: "row", Usage: "tokens per row (default: --tokens, one row)"},
+			&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "float32 or bfloat16"},
+			&cli.StringFlag{Name: "recompute", Value: "on", Usage: "on or off: activation recomputation"},
+			&cli.BoolFlag{Name: "reference", Usage: "also hold a reference copy of the weights (a KL run)"},
+		},
+		Action: func(c *cli.Context) error {
+			mo := trainer.ModelOptions{DType: c.String("dtype")}
+			if err := mo.Validate(); err != nil {
+				return cli.Exit("model memcheck: --dtype: "+err.Error(), 2)
+			}
+			if r := c.String("recompute"); r != "on" && r != "off" {
+				return cli.Exit(fmt.Sprintf("model memcheck: --recompute %q: want on or off", r), 2)
+			}
+			row := c.Int("row")
+			if row == 0 {
+				row = c.Int("tokens")
+			}
+			m, err := trainer.LoadCheckpoint(c.String("model"), mo)
+			if err != nil {
+				return cli.Exit("model memcheck: "+err.Error(), 1)
+			}
+			defer m.Close()
+			m.SetRecompute(c.String("recompute") == "on")
+			var ref *trainer.Model
+			if c.Bool("reference") {
+				if ref, err = trainer.LoadCheckpoint(c.String("model"), mo); err != nil {
+					return cli.Exit("model memcheck: "+err.Error(), 1)
+				}
+				defer ref.Close()
+			}
+			opt, err := m.NewAdamW(1e-6, 0)
+			if err != nil {
+				return cli.Exit("model memcheck: "+err.Error(), 1)
+			}
+			mc, err := trainer.MeasureRLStep(m, opt, ref, c.Int("tokens"), row, 1)
+			if err != nil {
+				return cli.Exit("model memcheck: "+err.Error(), 1)
+			}
+			w := c.App.Writer
+			fmt.Fprintf(w, "%s: %s parameters, %s, %d tokens per micro-batch in rows of %d, recompute %s\n",
+				c.String("model"), humanCount(mc.Plan.Params), m.DType(), c.Int("tokens"), row, c.String("recompute"))
+			printPlan(w, "  ", mc.Plan)
+			fmt.Fprintf(w, "measured: resident %s after a step, peak %s during one (%.0f s); predicted resident %s, peak %s: measured/predicted peak %.2f\n",
+				trainer.GiB(mc.Resident), trainer.GiB(mc.Peak), mc.StepSeconds, trainer.GiB(mc.Plan.Resident()), trainer.GiB(mc.Plan.Peak()), float64(mc.Peak)/float64(mc.Plan.Peak()))
+			return nil
+		},
+	}
+}
+
+// printPlan writes a memory plan's breakdown.
+func printPlan(w io.Writer, indent string, p trainer.MemoryPlan) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, l := range p.Lines() {
+		fmt.Fprintf(tw, "%s%s\t%s\n", indent, l.Part, trainer.GiB(l.Bytes))
+	}
+	fmt.Fprintf(tw, "%strainer peak\t%s\n", indent, trainer.GiB(p.Peak()))
+	tw.Flush()
+}
+
+// realShapeConfig is a released model's shape (trainer.KnownShape) with
+// the tokenizer's special tokens, for random checkpoints of the real size
+// (memory checks); the vocabulary is the released one (padded beyond the
+// tokenizer, as Qwen's is) unless the tokenizer is larger.
+func realShapeConfig(c *cli.Context, cfg *trainer.ModelConfig, tok *tokenizer.Tokenizer, tcfg *tokenizer.Config) (*trainer.ModelConfig, error) {
+	for flag, dst := range map[string]*int{"hidden": &cfg.HiddenSize, "intermediate": &cfg.IntermediateSize, "layers": &cfg.NumHiddenLayers, "heads": &cfg.NumAttentionHeads, "kv-heads": &cfg.NumKeyValueHeads} {
+		if c.IsSet(flag) {
+			*dst = c.Int(flag)
+		}
+	}
+	cfg.VocabSize = max(cfg.VocabSize, tok.VocabSize())
+	cfg.InitializerRange = 0.02
+	if id, ok := tok.TokenID("<|endoftext|>"); ok {
+		cfg.BOSTokenID = &id
+	}
+	if id, ok := tok.TokenID(tcfg.EOSToken); ok {
+		cfg.EOSTokenID = float64(id)
+	}
+	return cfg, cfg.Validate()
 }

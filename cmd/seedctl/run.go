@@ -268,6 +268,7 @@ func configCommand() *cli.Command {
 				Usage:     "parse and validate run configs; paths that do not exist on this machine are reported",
 				ArgsUsage: "FILE...",
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "strict", Usage: "missing model folders are errors"},
+					&cli.Float64SliceFlag{Name: "device-memory", Usage: "GiB of accelerator memory to check the memory plan against, e.g. 80 or 80,141 (configs that do not fit fail, with the knob to turn)"},
 					&cli.BoolFlag{Name: "probe", Usage: "also contact the running servers the config names (backend, external analyzer, env servers, retriever)"}},
 				Action: func(c *cli.Context) error {
 					if c.NArg() == 0 {
@@ -301,6 +302,9 @@ func configCommand() *cli.Command {
 						fmt.Fprintf(c.App.Writer, "%s: %s: algo %s, env %s/%s, backend %s, %d iterations × %d tasks × %d\n", f, status, cfg.Algo, cfg.Env.Kind, cfg.Env.Name, cfg.Backend.Kind, cfg.Iterations, cfg.TasksPerIteration, cfg.Rollout.GroupSize)
 						for _, line := range cfg.Recipe() {
 							fmt.Fprintf(c.App.Writer, "  %s\n", line)
+						}
+						if cfg.Backend.Kind != "embedded" || c.IsSet("device-memory") {
+							bad += reportMemory(c.App.Writer, cfg, c.Float64Slice("device-memory"))
 						}
 						if c.Bool("probe") {
 							bad += probeConfig(c.Context, c.App.Writer, f, cfg, logger(c))

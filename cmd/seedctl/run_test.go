@@ -248,6 +248,36 @@ func TestShippedConfigsCheck(t *testing.T) {
 			}
 		}
 	}
+	// By the memory plan every preset fits an 80 and a 141 GiB card, its
+	// colocated server included.
+	out.Reset()
+	app = newApp()
+	app.Writer = &out
+	if err := app.Run(append([]string{"seedctl", "config", "check", "--device-memory", "80,141"}, files...)); err != nil {
+		t.Fatalf("config check --device-memory 80,141: %v\n%s", err, out.String())
+	}
+	if n := strings.Count(out.String(), ": fits"); n != 2*len(files) || strings.Contains(out.String(), "DOES NOT FIT") {
+		t.Errorf("%d of %d device checks fit:\n%s", n, 2*len(files), out.String())
+	}
+	for _, want := range []string{"float32 master weights", "AdamW moments", "reference policy (KL)", "LM head logits", "    trainer peak"} {
+		if strings.Count(out.String(), want) != len(files) {
+			t.Errorf("the memory plan prints %q %d times for %d configs", want, strings.Count(out.String(), want), len(files))
+		}
+	}
+	// The 3B preset as it was before the plan (16k-token rows and
+	// micro-batches, the server at 0.45) does not fit 80 GiB; the check
+	// fails and names the knobs.
+	b, _ := os.ReadFile("../../configs/alfworld-qwen2.5-3b-vllm.json")
+	old := strings.NewReplacer(`"0.3"`, `"0.45"`, `"8192"`, `"16384"`, `"micro_batch_tokens": 8192`, `"micro_batch_tokens": 16384`).Replace(string(b))
+	big := filepath.Join(t.TempDir(), "big.json")
+	os.WriteFile(big, []byte(old), 0o644)
+	out.Reset()
+	app = newApp()
+	app.Writer = &out
+	if err := app.Run([]string{"seedctl", "config", "check", "--device-memory", "80", big}); err == nil ||
+		!strings.Contains(out.String(), "DOES NOT FIT") || !strings.Contains(out.String(), "lower rl.micro_batch_tokens") || !strings.Contains(out.String(), "--gpu-memory-utilization to at most 0.3") {
+		t.Errorf("an oversized config passed or gave no fix (%v):\n%s", err, out.String())
+	}
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	os.WriteFile(bad, []byte(`{"algo": "seed", "rl": {"lr": 1e-6, "lamda": 0.1}}`), 0o644)
 	out.Reset()

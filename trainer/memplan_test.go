@@ -1,0 +1,89 @@
+package trainer
+
+import "testing"
+
+// TestPlanMemory: the plan's terms follow from the shape: resident state
+// per parameter (4+4+8 bytes in float32; 2+2+4+8 in bfloat16, plus a
+// reference copy for KL), activations that recomputation cuts to one
+// layer, and the LM head's copies of [tokens, vocabulary].
+func TestPlanMemory(t *testing.T) {
+	c := tinyConfig(ArchQwen2)
+	m, err := InitRandom(c, ModelOptions{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := m.NumParams()
+	m.Close()
+	base := MemoryInput{Model: c, Tokens: 64, RowTokens: 32}
+	f32, err := PlanMemory(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f32.Params != params || f32.Weights != 4*params || f32.Grads != 4*params || f32.Adam != 8*params || f32.Master != 0 || f32.Reference != 0 {
+		t.Errorf("float32 resident terms %+v for %d parameters", f32, params)
+	}
+	if f32.Logits != 64*int64(c.VocabSize)*4*3 {
+		t.Errorf("logits %d, want 3 float32 copies of 64 × %d", f32.Logits, c.VocabSize)
+	}
+	// The head runs a chunk of positions at a time: beyond it, the logits
+	// term stops growing.
+	big := base
+	big.Tokens, big.RowTokens = 4*headChunkTokens, 32
+	if bp, _ := PlanMemory(big); bp.Logits != int64(headChunkTokens)*int64(c.VocabSize)*4*3 {
+		t.Errorf("logits at %d tokens: %d, want one chunk of %d positions", big.Tokens, bp.Logits, headChunkTokens)
+	}
+	bf := base
+	bf.DType, bf.Reference, bf.Entropy = "bfloat16", true, true
+	b16, err := PlanMemory(bf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b16.Weights != 2*params || b16.Master != 4*params || b16.Adam != 8*params || b16.Reference != 2*params || b16.Logits != 64*int64(c.VocabSize)*4*5 {
+		t.Errorf("bfloat16 terms %+v", b16)
+	}
+	rc := base
+	rc.Recompute = true
+	rec, _ := PlanMemory(rc)
+	if rec.Activations >= f32.Activations || rec.Attention*int64(c.NumHiddenLayers) != f32.Attention {
+		t.Errorf("recompute activations %d (attention %d) vs %d (%d): want fewer, one layer's attention", rec.Activations, rec.Attention, f32.Activations, f32.Attention)
+	}
+	// Attention grows with the row: rows twice as long, twice the scores.
+	long := base
+	long.RowTokens = 64
+	l, _ := PlanMemory(long)
+	if l.Attention != 2*f32.Attention {
+		t.Errorf("attention %d at rows of 64, %d at 32: want double", l.Attention, f32.Attention)
+	}
+	for _, bad := range []MemoryInput{{Model: c}, {Model: c, Tokens: 8, DType: "fp8"}, {Tokens: 8}} {
+		if _, err := PlanMemory(bad); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}
+
+// TestKnownShape: released shapes are found by their checkpoint's folder
+// name, and the Qwen2.5 parameter counts are the released ones.
+func TestKnownShape(t *testing.T) {
+	for name, want := range map[string]int64{
+		"/models/Qwen2.5-0.5B-Instruct": 494_032_768,
+		"Qwen2.5-1.5B":                  1_543_714_304,
+		"/x/qwen2.5-3b-instruct":        3_085_938_688,
+		"Qwen2.5-7B-Instruct":           7_615_616_512,
+	} {
+		c, ok := KnownShape(name)
+		if !ok {
+			t.Errorf("%s: no shape", name)
+			continue
+		}
+		p, err := PlanMemory(MemoryInput{Model: c, Tokens: 1})
+		if err != nil || p.Params != want {
+			t.Errorf("%s: %d parameters (%v), want %d", name, p.Params, err, want)
+		}
+	}
+	if c, ok := KnownShape("/models/Qwen3-1.7B"); !ok || c.HeadDimension() != 128 || c.NumKeyValueHeads != 8 {
+		t.Errorf("Qwen3-1.7B: %+v", c)
+	}
+	if _, ok := KnownShape("/models/mistral-7b"); ok {
+		t.Error("an unknown model matched a shape")
+	}
+}
