@@ -98,21 +98,32 @@ func (o *Optimizer) adamStep() {
 				must0(w.MulScalar_(s))
 				runtime.KeepAlive(s)
 			}
+			// At most two parameter-sized temporaries exist at once besides
+			// the gradient (the memory plan counts the optimizer's peak so);
+			// each is freed as soon as the next is made.
 			m, v := o.exp[i], o.expSq[i]
-			nm := must(mulScalar(m, o.beta1, false).Add(mulScalar(g, 1-o.beta1, false), true))
-			g2 := must(g.Square(false))
-			nv := must(mulScalar(v, o.beta2, false).Add(mulScalar(g2, 1-o.beta2, true), true))
+			gs := mulScalar(g, 1-o.beta1, false)
+			nm := must(mulScalar(m, o.beta1, false).Add(gs, true))
+			drop(gs)
 			m.Copy_(nm)
+			drop(nm)
+			g2 := mulScalar(must(g.Square(false)), 1-o.beta2, true)
+			drop(g)
+			nv := must(mulScalar(v, o.beta2, false).Add(g2, true))
+			drop(g2)
 			v.Copy_(nv)
+			drop(nv)
 			denom := addScalar(mulScalar(must(v.Sqrt(false)), 1/math.Sqrt(bc2), true), o.eps, true)
-			upd := mulScalar(must(m.Div(denom, false)), o.lr/bc1, true)
+			upd := must(m.Div(denom, false))
+			drop(denom)
+			upd = mulScalar(upd, o.lr/bc1, true)
 			must0(w.Sub_(upd))
+			drop(upd)
 			if o.master != nil {
 				p.t.Copy_(w) // rounds to the model's dtype
 			}
 			runtime.KeepAlive(p.t)
 			runtime.KeepAlive(w)
-			drop(nm, nv, g2, denom, upd, g)
 		}
 	})
 }

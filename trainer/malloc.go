@@ -21,6 +21,13 @@ static void seedctl_map_large_buffers(void) {
 */
 import "C"
 
+// trimHeap hands the memory glibc's heaps hold free back to the system
+// (malloc_trim: free pages in every arena, not only at the top). With the
+// thresholds above, a step's freed activations stay in the heap for the
+// next step; trimming after a step makes the resident set between steps
+// what is live (the memory plan's "resident").
+func trimHeap() { C.malloc_trim(0) }
+
 func init() { C.seedctl_tune_malloc() }
 
 // mapLargeBuffers makes freed large buffers leave the resident set at

@@ -14,8 +14,9 @@ import (
 type MemCheck struct {
 	Plan MemoryPlan
 	// Resident is the process's resident set after a first step (weights,
-	// gradients, optimizer state allocated); Peak the highest resident set
-	// during a second step (VmHWM, reset before it).
+	// gradients, optimizer state allocated; the C heap's free memory
+	// handed back first); Peak the highest resident set during a second
+	// step (VmHWM, reset before it).
 	Resident, Peak int64
 	StepSeconds    float64
 }
@@ -58,6 +59,9 @@ func MeasureRLStep(m *Model, opt *Optimizer, ref *Model, tokens, row int, seed u
 	if _, err := m.RLStep(opt, batch, cfg); err != nil && !errors.Is(err, ErrNonFinite) {
 		return mc, fmt.Errorf("memcheck: first step: %w", err)
 	}
+	// The heap keeps a step's freed buffers for the next (malloc.go);
+	// handed back, the resident set is what is live.
+	trimHeap()
 	if mc.Resident, err = procStatus("VmRSS"); err != nil {
 		return mc, err
 	}

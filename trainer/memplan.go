@@ -56,6 +56,11 @@ type MemoryPlan struct {
 	Logits int64
 	// Overhead is the process's own (libtorch, Go runtime, buffers).
 	Overhead int64
+	// Optimizer is the AdamW update's temporaries for the largest
+	// parameter (adamw.go: at most two beside its float32 gradient, one
+	// more for a bfloat16 gradient's float32 copy). The update runs after
+	// the backward pass, so it peaks apart from the activations.
+	Optimizer int64
 }
 
 // Resident is what the trainer holds between steps.
@@ -63,8 +68,9 @@ func (p MemoryPlan) Resident() int64 {
 	return p.Weights + p.Grads + p.Master + p.Adam + p.Reference + p.Overhead
 }
 
-// Peak is the predicted peak of a step.
-func (p MemoryPlan) Peak() int64 { return p.Resident() + p.Activations + p.Logits }
+// Peak is the predicted peak of a step: the resident state plus the
+// larger of the backward pass's and the optimizer update's transients.
+func (p MemoryPlan) Peak() int64 { return p.Resident() + max(p.Activations+p.Logits, p.Optimizer) }
 
 // memOverhead is the trainer process's memory beyond its tensors: measured
 // on CPU as the resident set of a loaded tiny model (libtorch's CPU
@@ -104,8 +110,14 @@ func PlanMemory(in MemoryInput) (MemoryPlan, error) {
 		return MemoryPlan{}, fmt.Errorf("memory plan: dtype %q: want float32 or bfloat16", in.DType)
 	}
 	var p MemoryPlan
+	var largest int64
 	for _, s := range paramSpecs(c) {
 		p.Params += numel(s.shape)
+		largest = max(largest, numel(s.shape))
+	}
+	p.Optimizer = 3 * largest * 4
+	if w == 2 {
+		p.Optimizer += largest * 4
 	}
 	p.Weights, p.Grads, p.Adam = p.Params*w, p.Params*w, p.Params*8
 	if w == 2 {
@@ -180,6 +192,7 @@ func (p MemoryPlan) Lines() []MemoryLine {
 		MemoryLine{"runtime overhead", p.Overhead},
 		MemoryLine{fmt.Sprintf("activations (of which attention %s)", GiB(p.Attention)), p.Activations},
 		MemoryLine{"LM head logits", p.Logits},
+		MemoryLine{"optimizer update (apart from the two above)", p.Optimizer},
 	)
 }
 
