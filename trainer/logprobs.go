@@ -7,60 +7,6 @@ import (
 	"github.com/sugarme/gotch/ts"
 )
 
-// tokenLogProbsT returns log p(targets) per position as a float32 [B, T]
-// tensor that carries gradients when grad mode is on. Targets < 0 (masked
-// positions) score 0. This is the primitive behind GRPO, rescoring and SFT.
-func (m *Model) tokenLogProbsT(in Input, targets [][]int) *ts.Tensor {
-	lp, logp := m.tokenLogProbsFull(in, targets, 1)
-	drop(logp)
-	return lp
-}
-
-// tokenLogProbsFull is tokenLogProbsT of the distribution at the given
-// sampling temperature (softmax of logits/temperature; 0 and 1 leave the
-// logits as they are) that also returns the full log-softmax [B, T, V]
-// (the caller drops it).
-func (m *Model) tokenLogProbsFull(in Input, targets [][]int, temperature float64) (*ts.Tensor, *ts.Tensor) {
-	b, t, err := in.shape()
-	if err != nil {
-		panic(torchError{err})
-	}
-	if len(targets) != b {
-		panic(torchError{fmt.Errorf("targets: %d rows for %d input rows", len(targets), b)})
-	}
-	flat := make([]int64, 0, b*t)
-	keep := make([]float32, 0, b*t)
-	for i, row := range targets {
-		if len(row) != t {
-			panic(torchError{fmt.Errorf("targets: row %d has %d entries, want %d", i, len(row), t)})
-		}
-		for j, id := range row {
-			if id >= m.cfg.VocabSize {
-				panic(torchError{fmt.Errorf("targets: id %d at row %d position %d is outside the vocabulary (%d)", id, i, j, m.cfg.VocabSize)})
-			}
-			if id < 0 {
-				flat = append(flat, 0)
-				keep = append(keep, 0)
-			} else {
-				flat = append(flat, int64(id))
-				keep = append(keep, 1)
-			}
-		}
-	}
-	logits := m.forward(in, nil)
-	if temperature > 0 && temperature != 1 {
-		logits = mulScalar(logits, 1/temperature, true)
-	}
-	logp := must(logits.LogSoftmax(-1, gotch.Float, true))
-	idx := must(fromSlice(flat, []int64{int64(b), int64(t), 1}).To(m.device, true))
-	g := must(must(logp.Gather(2, idx, false, false)).SqueezeDim(2, true))
-	drop(idx)
-	k := must(fromSlice(keep, []int64{int64(b), int64(t)}).To(m.device, true))
-	out := must(g.Mul(k, true))
-	drop(k)
-	return out, logp
-}
-
 // TokenLogProbs scores targets[b][t] at each position of in without
 // gradients, in float32. For next-token scoring pass targets = ids shifted
 // left by one (the last position gets -1).

@@ -3,7 +3,9 @@ package trainer
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -230,11 +232,4 @@ func KnownShape(name string) (*ModelConfig, bool) {
 }
 
 // ShapeNames lists the known shapes' names.
-func ShapeNames() []string {
-	out := make([]string, 0, len(knownShapes))
-	for k := range knownShapes {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+func ShapeNames() []string { return slices.Sorted(maps.Keys(knownShapes)) }

@@ -637,28 +637,6 @@ func values1D(x *ts.Tensor) []float32 {
 	return out
 }
 
-// scoreT is tokenLogProbsFull's log-probs plus, when wantEntropy, the
-// policy's entropy at every position, both [B, T]; the entropy carries a
-// gradient only when entropyGrad.
-func (m *Model) scoreT(in Input, targets [][]int, wantEntropy bool, temperature float64, entropyGrad bool) (lp, ent *ts.Tensor) {
-	lp, logp := m.tokenLogProbsFull(in, targets, temperature)
-	if wantEntropy {
-		d := logp
-		if !entropyGrad {
-			d = must(logp.Detach(false))
-		}
-		p := must(d.Exp(false))
-		pl := must(p.Mul(d, true))
-		s := must(pl.SumDimIntlist([]int64{-1}, false, gotch.Float, true))
-		ent = mulScalar(s, -1, true)
-		if !entropyGrad {
-			drop(d)
-		}
-	}
-	drop(logp)
-	return lp, ent
-}
-
 // Rescore returns, for each sequence, log p(ids[k] | ids[:k]) at every
 // position k ≥ 1 (entry 0 is 0), without gradients: teacher log-probs with
 // skills in context, the reference policy's log-probs, or ℓold recomputed

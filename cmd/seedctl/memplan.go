@@ -44,7 +44,7 @@ func launchFlag(launch []string, name string) (string, bool) {
 // configMemory is a config's trainer plan: the larger of its RL step and
 // its stage-1 SFT step.
 type configMemory struct {
-	shape, source string
+	source        string
 	rl, sft       trainer.MemoryPlan
 	rlRow         int
 	recompute     bool
@@ -105,7 +105,6 @@ func planConfig(cfg orchestrator.Config) (configMemory, error) {
 			}
 		}
 	}
-	out.shape = fmt.Sprintf("%s parameters", humanCount(out.rl.Params))
 	return out, nil
 }
 
@@ -126,7 +125,7 @@ func reportMemory(w io.Writer, cfg orchestrator.Config, devicesGiB []float64) in
 	if m.recompute {
 		rec = "on"
 	}
-	fmt.Fprintf(w, "  memory plan (%s, from %s; %s; RL micro-batch %d tokens in rows of up to %d; recompute %s):\n", m.shape, m.source, dtype, cfg.RL.MicroBatchTokens, m.rlRow, rec)
+	fmt.Fprintf(w, "  memory plan (%s parameters, from %s; %s; RL micro-batch %d tokens in rows of up to %d; recompute %s):\n", humanCount(m.rl.Params), m.source, dtype, cfg.RL.MicroBatchTokens, m.rlRow, rec)
 	printPlan(w, "    ", m.rl)
 	if m.sft.Params > 0 {
 		fmt.Fprintf(w, "  stage-1 SFT step (micro-batch %d tokens): trainer peak %s\n", cfg.Stage1.MicroBatchTokens, trainer.GiB(m.sft.Peak()))

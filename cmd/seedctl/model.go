@@ -185,13 +185,7 @@ func initConfig(c *cli.Context, tok *tokenizer.Tokenizer, tcfg *tokenizer.Config
 		cfg.AttentionBias = &f
 		cfg.RopeTheta = 500000
 	}
-	if id, ok := tok.TokenID("<|endoftext|>"); ok {
-		cfg.BOSTokenID = &id
-	}
-	if id, ok := tok.TokenID(tcfg.EOSToken); ok {
-		cfg.EOSTokenID = float64(id)
-	}
-	return cfg, cfg.Validate()
+	return withSpecialTokens(cfg, tok, tcfg)
 }
 
 func modelInspectCommand() *cli.Command {
@@ -453,6 +447,12 @@ func realShapeConfig(c *cli.Context, cfg *trainer.ModelConfig, tok *tokenizer.To
 	}
 	cfg.VocabSize = max(cfg.VocabSize, tok.VocabSize())
 	cfg.InitializerRange = 0.02
+	return withSpecialTokens(cfg, tok, tcfg)
+}
+
+// withSpecialTokens sets cfg's BOS and EOS ids from the tokenizer and
+// validates it.
+func withSpecialTokens(cfg *trainer.ModelConfig, tok *tokenizer.Tokenizer, tcfg *tokenizer.Config) (*trainer.ModelConfig, error) {
 	if id, ok := tok.TokenID("<|endoftext|>"); ok {
 		cfg.BOSTokenID = &id
 	}
