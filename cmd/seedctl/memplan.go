@@ -44,11 +44,11 @@ func launchFlag(launch []string, name string) (string, bool) {
 // configMemory is a config's trainer plan: the larger of its RL step and
 // its stage-1 SFT step.
 type configMemory struct {
-	source        string
-	rl, sft       trainer.MemoryPlan
-	rlRow         int
-	recompute     bool
-	vllmShare     float64 // colocated server's share of the device while awake (0: not colocated)
+	source    string
+	rl, sft   trainer.MemoryPlan
+	rlRow     int
+	recompute bool
+	vllmShare float64 // colocated server's share of the device while awake (0: not colocated)
 }
 
 func (m configMemory) peak() trainer.MemoryPlan {
