@@ -20,6 +20,10 @@ build:
 test:
     go test ./...
 
+# The same tests built against libtorch 2.11 (PyPI's torch wheel, CPU): the GPU users' libtorch; PKGS narrows them
+test-torch2 *PKGS:
+    ./scripts/test-torch2.sh {{PKGS}}
+
 # Fuzz the server's request decoder and the AgentGym server (DURATION each, e.g. 10m); their seed corpora run with every `just test`
 fuzz DURATION="1m":
     go test ./inference/server -run '^$' -fuzz FuzzCompletionRequest -fuzztime {{DURATION}} -parallel 1
@@ -64,6 +68,7 @@ bench-throughput:
     { go test ./trainer -run '^$' -bench TrainStep -benchtime 20x
       go test ./trainer -run '^$' -bench MicroBatch -benchtime 3x
       go test ./trainer -run '^$' -bench Recompute -benchtime 10x
+      go test ./trainer -run '^$' -bench ChunkedAttention -benchtime 3x
       go test ./trainer -run '^$' -bench BLASCore -benchtime 2x
       go test ./inference/server -run '^$' -bench Serve -benchtime 1x
       go test ./inference/server -run '^$' -bench SampleQwenVocab -benchtime 20x

@@ -3,8 +3,10 @@
 # second run checks what is there and does nothing else (a few seconds).
 #
 #   ./setup.sh                       Debian's CPU libtorch 1.13.1 (the default)
-#   LIBTORCH=/opt/libtorch ./setup.sh  a libtorch 2.1 archive (CUDA if it has it;
+#   LIBTORCH=/opt/libtorch ./setup.sh  a libtorch 2.x archive (CUDA if it has it;
 #                                    CUDA_VER=cpu forces CPU), gotch's convention
+#   LIBTORCH_USE_PYTORCH=1 ./setup.sh  the libtorch inside python3's torch package
+#                                    (e.g. the one beside vLLM), tch-rs's convention
 #
 # Steps: Debian packages (libtorch-dev, libopenblas0-pthread, build tools),
 # `just` from npm (rust-just), Go modules, gotch prepared for the libtorch
@@ -27,7 +29,7 @@ fi
 # python3-torch (Debian's PyTorch 1.13 on the same libtorch) is the independent
 # reference the model tests and benchmarks compare against.
 pkgs=(build-essential git ca-certificates python3-torch python3-numpy)
-if [[ -z "${LIBTORCH:-}" ]]; then
+if [[ -z "${LIBTORCH:-}" && "${LIBTORCH_USE_PYTORCH:-}" != 1 ]]; then
   # libopenblas0-pthread: without it libtorch runs on the reference BLAS, ~35x slower.
   pkgs+=(libtorch-dev libopenblas0-pthread)
 fi
@@ -46,7 +48,7 @@ else
   say "Debian packages present"
 fi
 
-if [[ -z "${LIBTORCH:-}" ]]; then
+if [[ -z "${LIBTORCH:-}" && "${LIBTORCH_USE_PYTORCH:-}" != 1 ]]; then
   # Another BLAS alternative may have been chosen by hand; make sure libtorch gets OpenBLAS.
   alt="libblas.so.3-$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)"
   cur="$(update-alternatives --query "$alt" 2>/dev/null | sed -n 's/^Value: //p')"

@@ -8,8 +8,10 @@
 #     bodies that set gotch's last error and return, so calling one fails with
 #     a clear message instead of the whole package failing to compile.
 #   * LIBTORCH=/path/to/libtorch (gotch's own variable name): an unpacked
-#     libtorch 2.1 archive from pytorch.org. CUDA is used when the archive has
-#     libtorch_cuda.so, unless CUDA_VER=cpu (gotch's convention).
+#     libtorch 2.x archive from pytorch.org, or the torch folder of a Python
+#     torch package (which LIBTORCH_USE_PYTORCH=1 finds with python3, as
+#     tch-rs does). CUDA is used when it has libtorch_cuda.so, unless
+#     CUDA_VER=cpu (gotch's convention).
 #
 # The list of missing wrappers is data kept per libtorch version in
 # third_party/gotch/libtorch-<version>-missing-wrappers.txt. For a version
@@ -29,6 +31,13 @@ log() { echo "prepare-gotch: $*" >&2; }
 die() { echo "prepare-gotch: error: $*" >&2; exit 1; }
 
 # ---- locate libtorch ------------------------------------------------------
+if [[ -z "${LIBTORCH:-}" && "${LIBTORCH_USE_PYTORCH:-}" == 1 ]]; then
+  # tch-rs's convention: the libtorch inside the Python torch package. Found
+  # without importing torch (an install with --no-deps cannot be imported).
+  LIBTORCH="$(python3 -c 'import importlib.util as u; s = u.find_spec("torch"); print(s.submodule_search_locations[0] if s else "")')"
+  [[ -n "$LIBTORCH" ]] || die "LIBTORCH_USE_PYTORCH=1 but python3 finds no torch package (pip install torch, or set PYTHONPATH to where it is)"
+  log "using the libtorch of Python's torch at $LIBTORCH"
+fi
 if [[ -n "${LIBTORCH:-}" ]]; then
   LT_ROOT="$(cd "$LIBTORCH" 2>/dev/null && pwd)" || die "LIBTORCH=$LIBTORCH is not a directory"
   LT_INC="$LT_ROOT/include"
@@ -37,6 +46,10 @@ if [[ -n "${LIBTORCH:-}" ]]; then
   [[ -f "$LT_LIB/libtorch_cpu.so" ]] || die "$LT_LIB/libtorch_cpu.so not found: LIBTORCH must point at an unpacked libtorch archive (the folder holding include/ and lib/)"
   if [[ -f "$LT_ROOT/build-version" ]]; then
     LT_VERSION="$(sed 's/[+].*//' "$LT_ROOT/build-version" | head -n1)"
+  elif [[ -f "$LT_ROOT/version.py" ]]; then # a Python torch package
+    LT_VERSION="$(sed -n "s/^__version__ = '\([0-9.]*\).*/\1/p" "$LT_ROOT/version.py" | head -n1)"
+  elif [[ -f "$LT_INC/torch/headeronly/version.h" ]]; then # libtorch 2.9+
+    LT_VERSION="$(awk '/define TORCH_VERSION_(MAJOR|MINOR|PATCH) /{v = v (v == "" ? "" : ".") $3} END {print v}' "$LT_INC/torch/headeronly/version.h")"
   else
     LT_VERSION="$(sed -n 's/^ *"\([0-9.]*\)".*/\1/p' "$LT_API_INC/torch/version.h" | head -n1)"
   fi
@@ -70,7 +83,7 @@ if [[ ! -d "$SRC/libtch" ]]; then
 fi
 
 LIST="$LISTS/libtorch-$LT_VERSION-missing-wrappers.txt"
-SELF_HASH="$(cat "${BASH_SOURCE[0]}" "$LIST" 2>/dev/null | sha256sum | cut -c1-16)"
+SELF_HASH="$({ cat "${BASH_SOURCE[0]}"; cat "$LIST" 2>/dev/null || true; } | sha256sum | cut -c1-16)"
 STAMP="gotch=$GOTCH_VERSION libtorch=$LT_VERSION root=$LT_ROOT device=$DEVICE abi=$ABI script=$SELF_HASH probe=${SEEDCTL_GOTCH_PROBE:-0}"
 if [[ -f "$DEST/.seedctl-prepared" && "$(cat "$DEST/.seedctl-prepared")" == "$STAMP" ]]; then
   log "up to date ($STAMP)"
@@ -101,8 +114,20 @@ CXXINC="-I\${SRCDIR} $INC"
   if [[ -n "$LT_LIB" ]]; then
     echo "// #cgo LDFLAGS: -L$LT_LIB -Wl,-rpath,$LT_LIB"
   fi
-  echo "// #cgo LDFLAGS: -lstdc++ -ltorch -lc10 -ltorch_cpu"
-  if [[ "$DEVICE" == cuda ]]; then
+  if [[ -n "$LT_LIB" && "$DEVICE" == cpu ]]; then
+    # Not libtorch.so: in a CUDA build (Python torch's wheels) it pulls in
+    # libtorch_cuda.so and the CUDA libraries; the CPU ops are all in
+    # libtorch_cpu.so.
+    echo "// #cgo LDFLAGS: -lstdc++ -lc10 -ltorch_cpu"
+  else
+    echo "// #cgo LDFLAGS: -lstdc++ -ltorch -lc10 -ltorch_cpu"
+  fi
+  if [[ "$DEVICE" == cuda && -f "$LT_ROOT/version.py" ]]; then
+    # Python torch: the CUDA libraries come from pip's nvidia-* packages,
+    # which libtorch_cuda.so finds through its own RPATH. They need not be
+    # on the build machine: the loader resolves them on the target.
+    echo "// #cgo LDFLAGS: -Wl,--no-as-needed -ltorch_cuda -lc10_cuda -Wl,--as-needed -Wl,--allow-shlib-undefined"
+  elif [[ "$DEVICE" == cuda ]]; then
     CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
     echo "// #cgo CFLAGS: -I$CUDA_HOME/include"
     echo "// #cgo CXXFLAGS: -I$CUDA_HOME/include"

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -18,23 +19,7 @@ import (
 func TestChunkedAttentionMatches(t *testing.T) {
 	saved := attentionChunk
 	defer func() { attentionChunk = saved }()
-	r := rand.New(rand.NewPCG(3, 4))
-	const width = 150
-	in := Input{IDs: make([][]int, 2), Positions: make([][]int, 2), Segments: make([][]int, 2)}
-	for b := range 2 {
-		for j := range width {
-			in.IDs[b] = append(in.IDs[b], 3+r.IntN(90))
-			seg, pos := 1, j
-			if b == 1 { // three packed segments, then padding
-				seg, pos = 1+j/60, j%60
-				if j >= 140 {
-					seg, pos = 0, 0
-				}
-			}
-			in.Segments[b] = append(in.Segments[b], seg)
-			in.Positions[b] = append(in.Positions[b], pos)
-		}
-	}
+	in := packedInput()
 	for _, arch := range []Arch{ArchQwen2, ArchQwen3, ArchLlama} {
 		m, _ := newTiny(t, arch, 41)
 		attentionChunk = 0
@@ -56,6 +41,73 @@ func TestChunkedAttentionMatches(t *testing.T) {
 	}
 }
 
+// packedInput is two 150-token rows: one sequence, and three packed
+// segments followed by padding.
+func packedInput() Input {
+	r := rand.New(rand.NewPCG(3, 4))
+	const width = 150
+	in := Input{IDs: make([][]int, 2), Positions: make([][]int, 2), Segments: make([][]int, 2)}
+	for b := range 2 {
+		for j := range width {
+			in.IDs[b] = append(in.IDs[b], 3+r.IntN(90))
+			seg, pos := 1, j
+			if b == 1 { // three packed segments, then padding
+				seg, pos = 1+j/60, j%60
+				if j >= 140 {
+					seg, pos = 0, 0
+				}
+			}
+			in.Segments[b] = append(in.Segments[b], seg)
+			in.Positions[b] = append(in.Positions[b], pos)
+		}
+	}
+	return in
+}
+
+// TestChunkedAttentionBackward: with recomputation, the backward pass that
+// rebuilds attention a block of queries at a time gives the gradients of
+// the whole-matrix step without recomputation (every parameter, each
+// architecture, packed rows with padding, block sizes that do and do not
+// divide the length).
+func TestChunkedAttentionBackward(t *testing.T) {
+	saved := attentionChunk
+	defer func() { attentionChunk = saved }()
+	in := packedInput()
+	targets := make([][]int, len(in.IDs))
+	for b, row := range in.IDs {
+		for j := range row {
+			tg := -1
+			if j+1 < len(row) && in.Segments[b][j] != 0 && in.Segments[b][j+1] == in.Segments[b][j] {
+				tg = row[j+1]
+			}
+			targets[b] = append(targets[b], tg)
+		}
+	}
+	for _, arch := range []Arch{ArchQwen2, ArchQwen3, ArchLlama} {
+		m, _ := newTiny(t, arch, 43)
+		wholeLoss, err := m.NLLBackward(in, targets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := gradValues(m)
+		m.ZeroGrad()
+		m.SetRecompute(true)
+		for _, chunk := range []int64{16, 37} {
+			attentionChunk = chunk
+			loss, err := m.NLLBackward(in, targets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := gradValues(m)
+			m.ZeroGrad()
+			if rel, ok := compareGrads(whole, got); !ok || rel > 1e-5 || math.Abs(loss-wholeLoss) > 1e-6 {
+				t.Errorf("%s, blocks of %d queries: gradients differ by %.3g of the largest (same parameters: %v), loss %v vs %v", arch, chunk, rel, ok, loss, wholeLoss)
+			}
+		}
+		m.Close()
+	}
+}
+
 // TestChunkedAttentionMemory: the peak memory of a forward pass without a
 // graph over one 4,096-token row stays within 2× of the estimate that is
 // linear in the length (the weights, activations and one block's scores),
@@ -65,22 +117,7 @@ func TestChunkedAttentionMemory(t *testing.T) {
 	if os.Getenv("SEEDCTL_ATTN_CHILD") != "" {
 		return
 	}
-	peak := func(chunk int64) float64 {
-		cmd := exec.Command(os.Args[0], "-test.run", "^TestAttentionMemoryChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "SEEDCTL_ATTN_CHILD="+strconv.FormatInt(chunk, 10))
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("child: %v\n%s", err, out)
-		}
-		var before, after float64
-		for _, l := range strings.Split(string(out), "\n") {
-			if _, err := fmt.Sscanf(strings.TrimSpace(l), "rss %g %g", &before, &after); err == nil {
-				return after - before
-			}
-		}
-		t.Fatalf("child printed no rss line:\n%s", out)
-		return 0
-	}
+	peak := func(chunk int64) float64 { return childPeak(t, chunk, false) }
 	const T, heads, hidden, inter = 4096, 4, 32, 48
 	chunked, whole := peak(512), peak(0)
 	// Linear estimate: per token, the float32 activations of one layer
@@ -97,6 +134,59 @@ func TestChunkedAttentionMemory(t *testing.T) {
 	if whole < quadratic/2 {
 		t.Errorf("attention in one piece grew RSS by only %.1f MB: the measurement does not see the score matrices (%.1f MB)", whole/1e6, quadratic/1e6)
 	}
+}
+
+// TestChunkedAttentionTrainMemory: the same for a training step (forward
+// and backward of the NLL loss with recomputation) over one 4,096-token
+// row: in blocks of 512 queries its peak stays within 2× of the linear
+// estimate, where the whole matrices need 4,096² scores per head and their
+// gradients.
+func TestChunkedAttentionTrainMemory(t *testing.T) {
+	if os.Getenv("SEEDCTL_ATTN_CHILD") != "" {
+		return
+	}
+	const T, heads, hidden, inter, layers, vocab = 4096, 4, 32, 48, 2, 97
+	chunked, whole := childPeak(t, 512, true), childPeak(t, 0, true)
+	// Linear estimate, per token in float32: each layer's saved input; the
+	// rebuilt layer's graph (norms, q/k/v, MLP) with the leaves of q, k, v
+	// and the attention output and their gradients; the head's logits, its
+	// log-softmax and their gradients; then one block's probabilities, their
+	// gradient and the scores' gradient (3 per head), and the block's mask
+	// on the host and as a tensor.
+	linear := float64(T)*4*(layers*hidden+16*hidden+8*inter+6*vocab) + 3*512*T*heads*4 + 2*512*T*4
+	quadratic := 2.0 * T * T * heads * 4
+	t.Logf("peak RSS growth of a 4,096-token training step: %.1f MB in blocks of 512 queries, %.1f MB in one piece; linear estimate %.1f MB, the full score matrices %.1f MB",
+		chunked/1e6, whole/1e6, linear/1e6, quadratic/1e6)
+	if chunked > 2*linear {
+		t.Errorf("chunked attention grew RSS by %.1f MB, more than twice the linear estimate %.1f MB", chunked/1e6, linear/1e6)
+	}
+	if whole < quadratic/2 {
+		t.Errorf("attention in one piece grew RSS by only %.1f MB: the measurement does not see the score matrices (%.1f MB)", whole/1e6, quadratic/1e6)
+	}
+}
+
+// childPeak runs TestAttentionMemoryChild with blocks of chunk queries
+// (0: whole), a forward pass or (train) a training step, and returns the
+// growth of its peak RSS over the warm-up.
+func childPeak(t *testing.T, chunk int64, train bool) float64 {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestAttentionMemoryChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SEEDCTL_ATTN_CHILD="+strconv.FormatInt(chunk, 10))
+	if train {
+		cmd.Env = append(cmd.Env, "SEEDCTL_ATTN_TRAIN=1")
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	var before, after float64
+	for _, l := range strings.Split(string(out), "\n") {
+		if _, err := fmt.Sscanf(strings.TrimSpace(l), "rss %g %g", &before, &after); err == nil {
+			return after - before
+		}
+	}
+	t.Fatalf("child printed no rss line:\n%s", out)
+	return 0
 }
 
 // TestAttentionMemoryChild is TestChunkedAttentionMemory's child
@@ -124,6 +214,23 @@ func TestAttentionMemoryChild(t *testing.T) {
 		ids[i] = 3 + i%90
 	}
 	small := []int{5, 6, 7}
+	if os.Getenv("SEEDCTL_ATTN_TRAIN") != "" {
+		// One NLL step with recomputation: a training forward and backward.
+		m.SetRecompute(true)
+		step := func(ids []int) {
+			in := Input{IDs: [][]int{ids}}
+			targets := [][]int{append(append([]int(nil), ids[1:]...), -1)}
+			if _, err := m.NLLBackward(in, targets); err != nil {
+				t.Fatal(err)
+			}
+			m.ZeroGrad()
+		}
+		step(small)
+		before := maxRSS()
+		step(ids)
+		fmt.Printf("rss %g %g\n", before, maxRSS())
+		return
+	}
 	if _, err := m.Rescore([][]int{small}, 1<<20); err != nil { // warm-up: libtorch's own buffers
 		t.Fatal(err)
 	}
@@ -139,4 +246,56 @@ func maxRSS() float64 {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return float64(ru.Maxrss) * 1024
+}
+
+// TestFusedAttentionMatches: where libtorch has scaled_dot_product_attention
+// (2.x builds), the logits and the gradients of an NLL step through it
+// equal those of attention written out (matmul, float32 softmax, matmul),
+// for packed rows with padding, each architecture, with and without
+// recomputation. On libtorch 1.13 the op is absent and the test says so.
+func TestFusedAttentionMatches(t *testing.T) {
+	if !sdpaAvailable() {
+		t.Skipf("this libtorch has no scaled_dot_product_attention (attention kernel: %s)", AttentionKernel())
+	}
+	defer func(on bool) { useSDPA = on }(useSDPA)
+	in := packedInput()
+	targets := make([][]int, len(in.IDs))
+	for b, row := range in.IDs {
+		for j := range row {
+			tg := -1
+			if j+1 < len(row) && in.Segments[b][j] != 0 && in.Segments[b][j+1] == in.Segments[b][j] {
+				tg = row[j+1]
+			}
+			targets[b] = append(targets[b], tg)
+		}
+	}
+	for _, arch := range []Arch{ArchQwen2, ArchQwen3, ArchLlama} {
+		m, _ := newTiny(t, arch, 47)
+		run := func(fused, recompute bool) ([][][]float32, map[string][]float64, float64) {
+			useSDPA = fused
+			m.SetRecompute(recompute)
+			logits, err := m.Logits(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			loss, err := m.NLLBackward(in, targets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := gradValues(m)
+			m.ZeroGrad()
+			return logits, g, loss
+		}
+		wantLogits, wantGrads, wantLoss := run(false, false)
+		for _, rec := range []bool{false, true} {
+			logits, grads, loss := run(true, rec)
+			if d := maxAbsDiff(wantLogits, logits); d > 1e-5 {
+				t.Errorf("%s (recompute %v): fused attention's logits differ by %g", arch, rec, d)
+			}
+			if rel, ok := compareGrads(wantGrads, grads); !ok || rel > 1e-5 || math.Abs(loss-wantLoss) > 1e-5 {
+				t.Errorf("%s (recompute %v): fused attention's gradients differ by %.3g of the largest (same parameters: %v), loss %v vs %v", arch, rec, rel, ok, loss, wantLoss)
+			}
+		}
+		m.Close()
+	}
 }

@@ -20,16 +20,6 @@ func benchConfig() *ModelConfig {
 	return c
 }
 
-// stepFLOPs is the model FLOPs of one forward+backward token: 6 per matmul
-// parameter (embedding lookups excluded, the LM head included) plus the
-// attention scores and values, 12·L·T·(heads·head_dim) (PaLM's accounting).
-func stepFLOPs(c *ModelConfig, seq int) float64 {
-	matmul := float64(c.ParamCount() - int64(c.VocabSize*c.HiddenSize)) // minus the embedding table
-	matmul += float64(c.VocabSize * c.HiddenSize)                       // plus the (tied) head matmul
-	attn := 12 * float64(c.NumHiddenLayers) * float64(seq) * float64(c.NumAttentionHeads*c.HeadDimension())
-	return 6*matmul + attn
-}
-
 // BenchmarkTrainStep measures forward+backward tokens/s of the trainer, its
 // model-FLOPs utilisation against this machine's measured fp32 matmul peak,
 // and the same step in PyTorch eager (Debian's python3-torch on the same
@@ -86,7 +76,7 @@ func BenchmarkTrainStep(b *testing.B) {
 	el := time.Since(start)
 	b.StopTimer()
 	tokS := float64(b.N*batch*seq) / el.Seconds()
-	gflops := tokS * stepFLOPs(cfg, seq) / 1e9
+	gflops := tokS * StepFLOPsPerToken(cfg, seq) / 1e9
 	b.ReportMetric(tokS, "tokens/s")
 	b.ReportMetric(gflops, "model-GFLOP/s")
 	b.ReportMetric(100*gflops/peak.GFLOPS, "MFU%")
@@ -268,6 +258,46 @@ func BenchmarkRecompute(b *testing.B) {
 	b.ReportMetric(float64(b.N*batch*seq)/plain.Seconds(), "tokens/s")
 	b.ReportMetric(float64(b.N*batch*seq)/rec.Seconds(), "recompute-tokens/s")
 	b.ReportMetric(rec.Seconds()/plain.Seconds(), "recompute-ratio")
+}
+
+// BenchmarkChunkedAttention: a recomputed NLL step of the bench model over
+// 2,048-token rows with the rebuilt layer's attention in blocks of 512
+// queries (linear memory: block.recomputeBackward) against the whole score
+// matrix, side by side: chunked-ratio is the step time in blocks over
+// whole (the cost of attention's second forward pass in the backward).
+func BenchmarkChunkedAttention(b *testing.B) {
+	defer func(n int64) { attentionChunk = n }(attentionChunk)
+	const batch, seq = 2, 2048
+	cfg := benchConfig()
+	cfg.MaxPositionEmbeddings = seq
+	m, err := InitRandom(cfg, ModelOptions{}, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	m.SetRecompute(true)
+	in, targets := randomLMBatch(cfg.VocabSize, batch, seq)
+	step := func(chunk int64) time.Duration {
+		attentionChunk = chunk
+		start := time.Now()
+		if _, err := m.NLLBackward(in, targets); err != nil {
+			b.Fatal(err)
+		}
+		m.ZeroGrad()
+		return time.Since(start)
+	}
+	step(0)
+	step(512) // warm-up
+	var whole, chunked time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		whole += step(0)
+		chunked += step(512)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*batch*seq)/whole.Seconds(), "whole-tokens/s")
+	b.ReportMetric(float64(b.N*batch*seq)/chunked.Seconds(), "chunked-tokens/s")
+	b.ReportMetric(chunked.Seconds()/whole.Seconds(), "chunked-ratio")
 }
 
 // BenchmarkBF16Step: one forward+backward and optimizer step of the bench

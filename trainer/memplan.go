@@ -50,8 +50,14 @@ type MemoryPlan struct {
 	// tensors, or with recomputation each layer's input plus one layer
 	// rebuilt.
 	Activations int64
+	// Rebuilt is the part of Activations that exists only while the
+	// backward pass recomputes the layers one at a time (the rebuilt layer's
+	// graph and its attention), after the LM head's chunks are freed: with
+	// recomputation the two peak apart. 0 without recomputation.
+	Rebuilt int64
 	// Attention is the part of Activations that is attention scores
-	// (rows × heads × RowTokens² per layer kept).
+	// (rows × heads × RowTokens² per layer kept; with recomputation one
+	// block of queries at a time, tokens × heads × block).
 	Attention int64
 	// Logits is the language-model head's [positions, vocabulary] tensors
 	// at the peak of the loss's backward pass, for one chunk of positions.
@@ -71,8 +77,12 @@ func (p MemoryPlan) Resident() int64 {
 }
 
 // Peak is the predicted peak of a step: the resident state plus the
-// larger of the backward pass's and the optimizer update's transients.
-func (p MemoryPlan) Peak() int64 { return p.Resident() + max(p.Activations+p.Logits, p.Optimizer) }
+// largest transient of the backward pass through the LM head, of the
+// layers' backward pass (apart from the head's with recomputation) and of
+// the optimizer update.
+func (p MemoryPlan) Peak() int64 {
+	return p.Resident() + max(p.Activations-p.Rebuilt+p.Logits, p.Activations, p.Optimizer)
+}
 
 // memOverhead is the trainer process's memory beyond its tensors: measured
 // on CPU as the resident set of a loaded tiny model (libtorch's CPU
@@ -159,8 +169,23 @@ func PlanMemory(in MemoryInput) (MemoryPlan, error) {
 	perTokAttn := nH * L * scoreBytes
 	layers := int64(c.NumHiddenLayers)
 	if in.Recompute {
+		if n := attentionChunk; n > 0 && L > n {
+			// The rebuilt layer's attention runs a block of n queries at a
+			// time (block.recomputeBackward): one block's probabilities
+			// (float32, and the bfloat16 copy) with their gradients and the
+			// scores' gradient in float32, and the block's mask on the host
+			// and as a tensor; beside them the gradients at q, k, v and the
+			// attention output (the leaves share their tensors' storage).
+			blockBytes := 3 * int64(4)
+			if w == 2 {
+				blockBytes = 4 + 2 + 2 + 4 + 4
+			}
+			perTokAttn = nH*n*blockBytes + 2*n*4
+			perTok += 4 * q * w
+		}
 		p.Activations = layers*T*h*w + T*(perTok+perTokAttn)
 		p.Attention = T * perTokAttn
+		p.Rebuilt = T * (perTok + perTokAttn)
 	} else {
 		p.Activations = layers * T * (perTok + perTokAttn)
 		p.Attention = layers * T * perTokAttn
@@ -190,9 +215,13 @@ func (p MemoryPlan) Lines() []MemoryLine {
 	if p.Reference > 0 {
 		out = append(out, MemoryLine{"reference policy (KL)", p.Reference})
 	}
+	act := fmt.Sprintf("activations (of which attention %s)", GiB(p.Attention))
+	if p.Rebuilt > 0 {
+		act = fmt.Sprintf("activations (rebuilt layer %s, attention %s)", GiB(p.Rebuilt), GiB(p.Attention))
+	}
 	return append(out,
 		MemoryLine{"runtime overhead", p.Overhead},
-		MemoryLine{fmt.Sprintf("activations (of which attention %s)", GiB(p.Attention)), p.Activations},
+		MemoryLine{act, p.Activations},
 		MemoryLine{"LM head logits", p.Logits},
 		MemoryLine{"optimizer update (apart from the two above)", p.Optimizer},
 	)

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/nn"
@@ -572,10 +574,12 @@ func (m *Model) afterBackward() {
 	for li := len(m.layers) - 1; li >= 0; li-- {
 		x := must(r.inputs[li].Detach(false))
 		x = must(x.SetRequiresGrad(true, true))
-		out := m.layers[li].forward(must(x.ShallowClone()), r.cos, r.sin, r.mask, nil, li, m.cfg.RMSNormEps, 0)
-		sur := must(must(out.Mul(g, true)).Sum(gotch.Float, true))
-		must0(sur.Backward())
-		drop(sur, g)
+		if t := x.MustSize()[1]; attentionChunk > 0 && t > attentionChunk {
+			m.layers[li].recomputeBackward(x, g, r.cos, r.sin, r.mask, m.cfg.RMSNormEps, attentionChunk)
+		} else {
+			backwardAt(m.layers[li].forward(must(x.ShallowClone()), r.cos, r.sin, r.mask, nil, li, m.cfg.RMSNormEps, 0), g)
+		}
+		drop(g)
 		gx := must(x.Grad(false))
 		g = must(gx.Detach(false))
 		drop(gx, x)
@@ -740,22 +744,39 @@ func repeatKV(x *ts.Tensor, rep int64) *ts.Tensor {
 
 // attentionChunk is how many queries one attention matmul takes in
 // forward passes without a graph (scoring, prefill, recomputation's first
-// pass): the score matrix of a block is chunk × keys instead of queries ×
-// keys, so its memory grows linearly with the sequence. With a graph the
-// whole matrix is computed at once (autograd keeps every block's scores
-// for the backward pass anyway).
+// pass) and in the backward pass of a recomputed layer: the score matrix
+// of a block is chunk × keys instead of queries × keys, so its memory
+// grows linearly with the sequence. Without recomputation the whole matrix
+// is computed at once in training (autograd would keep every block's
+// scores for the backward pass anyway).
 var attentionChunk int64 = 512
 
 // forward runs one decoder layer; x is consumed. chunk > 0 computes
 // attention in blocks of that many queries.
 func (l *block) forward(x, cos, sin *ts.Tensor, mask *attnMask, kv kvStore, li int, eps float64, chunk int64) *ts.Tensor {
+	q, k, v := l.qkv(x, cos, sin, eps)
+	if kv != nil {
+		k, v = kv.extend(li, k, v)
+	}
+	kr, vr := l.repeat(k, v)
+	attn := attention(q, kr, vr, mask, l.headDim, x.DType(), chunk)
+	drop(q)
+	if kr != k {
+		drop(kr, vr)
+	}
+	drop(k, v)
+	return l.finish(x, attn, eps)
+}
+
+// qkv is the layer's attention input: q [B, H, T, hd], k and v
+// [B, nKV, T, hd], normalised (Qwen3) and rotated; x is kept.
+func (l *block) qkv(x, cos, sin *ts.Tensor, eps float64) (q, k, v *ts.Tensor) {
 	sz := x.MustSize()
 	b, t := sz[0], sz[1]
 	h := rmsNorm(x, l.inNorm, eps)
-
-	q := must(linear(h, l.q, l.qb).View([]int64{b, t, l.nHeads, l.headDim}, true))
-	k := must(linear(h, l.k, l.kb).View([]int64{b, t, l.nKV, l.headDim}, true))
-	v := must(linear(h, l.v, l.vb).View([]int64{b, t, l.nKV, l.headDim}, true))
+	q = must(linear(h, l.q, l.qb).View([]int64{b, t, l.nHeads, l.headDim}, true))
+	k = must(linear(h, l.k, l.kb).View([]int64{b, t, l.nKV, l.headDim}, true))
+	v = must(linear(h, l.v, l.vb).View([]int64{b, t, l.nKV, l.headDim}, true))
 	drop(h)
 	if l.qNorm != nil { // Qwen3 normalises each head before RoPE
 		q = swapDrop(q, rmsNorm(q, l.qNorm, eps))
@@ -766,36 +787,21 @@ func (l *block) forward(x, cos, sin *ts.Tensor, mask *attnMask, kv kvStore, li i
 	v = must(v.Transpose(1, 2, true))
 	q = swapDrop(q, applyRope(q, cos, sin, l.headDim))
 	k = swapDrop(k, applyRope(k, cos, sin, l.headDim))
+	return q, k, v
+}
 
-	if kv != nil {
-		k, v = kv.extend(li, k, v)
-	}
+// repeat expands k and v to every query head (themselves when there is
+// one query head per key/value head).
+func (l *block) repeat(k, v *ts.Tensor) (kr, vr *ts.Tensor) {
 	rep := l.nHeads / l.nKV
-	kr, vr := repeatKV(k, rep), repeatKV(v, rep)
+	return repeatKV(k, rep), repeatKV(v, rep)
+}
 
-	kt := must(kr.Transpose(2, 3, false))
-	var attn *ts.Tensor
-	if chunk <= 0 || t <= chunk {
-		attn = attend(q, kt, vr, mask.all(), l.headDim, x.DType())
-		drop(q)
-	} else {
-		var parts []*ts.Tensor
-		for s := int64(0); s < t; s += chunk {
-			n := min(chunk, t-s)
-			qb := must(q.Narrow(2, s, n, false))
-			mb := mask.rows(s, n)
-			parts = append(parts, attend(qb, kt, vr, mb, l.headDim, x.DType()))
-			drop(qb, mb)
-		}
-		drop(q)
-		attn = must(ts.Cat(parts, 2))
-		drop(parts...)
-	}
-	drop(kt)
-	if kr != k {
-		drop(kr, vr)
-	}
-	drop(k, v)
+// finish applies o_proj and the MLP to the attention output attn
+// [B, H, T, hd], with the residual stream x; both are consumed.
+func (l *block) finish(x, attn *ts.Tensor, eps float64) *ts.Tensor {
+	sz := x.MustSize()
+	b, t := sz[0], sz[1]
 	attn = must(must(attn.Transpose(1, 2, true)).Reshape([]int64{b, t, l.nHeads * l.headDim}, true))
 	o := linear(attn, l.o, l.ob)
 	drop(attn)
@@ -815,17 +821,159 @@ func (l *block) forward(x, cos, sin *ts.Tensor, mask *attnMask, kv kvStore, li i
 	return out
 }
 
-// attend is softmax(q·kᵀ/√d + mask)·v for q [B, H, T, d], kt [B, H, d, S],
-// mask [B, 1, T, S] and v [B, H, S, d], the softmax in float32; it drops
-// nothing it was given. Each step frees its input as it makes its output,
-// so at most two score-sized tensors exist at once. (Not gotch's in-place
-// ops: they replace the tensor's handle without freeing the old one, which
-// keeps the storage alive — a leak on temporaries.)
-func attend(q, kt, v, mask *ts.Tensor, headDim int64, dt gotch.DType) *ts.Tensor {
+// attention is softmax(q·kᵀ/√d + mask)·v for q [B, H, T, hd] and k, v
+// [B, H, S, hd], in blocks of chunk queries when chunk > 0 (the mask's
+// rows built a block at a time); it drops nothing it was given.
+func attention(q, k, v *ts.Tensor, mask *attnMask, headDim int64, dt gotch.DType, chunk int64) *ts.Tensor {
+	t := q.MustSize()[2]
+	if chunk <= 0 || t <= chunk {
+		return attend(q, k, v, mask.all(), headDim, dt)
+	}
+	var parts []*ts.Tensor
+	for s := int64(0); s < t; s += chunk {
+		n := min(chunk, t-s)
+		qb := must(q.Narrow(2, s, n, false))
+		mb := mask.rows(s, n)
+		parts = append(parts, attend(qb, k, v, mb, headDim, dt))
+		drop(qb, mb)
+	}
+	out := must(ts.Cat(parts, 2))
+	drop(parts...)
+	return out
+}
+
+// recomputeBackward rebuilds the layer from its input x (a leaf that
+// requires grad; x itself is kept) and back-propagates g, the gradient at
+// the layer's output, into the layer's parameters and x's gradient, with
+// attention's scores never whole: the attention output is computed in
+// blocks of chunk queries without a graph and enters the rest of the
+// layer as a leaf; the backward pass through o_proj and the MLP gives its
+// gradient, and then each block of queries is recomputed with a graph and
+// back-propagated on its own (the keys' and values' gradients summing
+// over blocks), as flash attention's backward does; last, the gradients
+// at q, k and v flow back through the projections to x. Peak memory is
+// one block's scores, linear in the sequence, for a second forward pass
+// through attention.
+func (l *block) recomputeBackward(x, g, cos, sin *ts.Tensor, mask *attnMask, eps float64, chunk int64) {
+	dt := x.DType()
+	q, k, v := l.qkv(x, cos, sin, eps)
+	kr, vr := l.repeat(k, v)
+	leaf := func(t *ts.Tensor) *ts.Tensor {
+		return must(must(t.Detach(false)).SetRequiresGrad(true, true))
+	}
+	qL, kL, vL := leaf(q), leaf(kr), leaf(vr)
+	var attn *ts.Tensor
+	withoutGrad(func() { attn = attention(qL, kL, vL, mask, l.headDim, dt, chunk) })
+	aL := leaf(attn)
+	drop(attn)
+	backwardAt(l.finish(must(x.ShallowClone()), must(aL.ShallowClone()), eps), g)
+	dO := must(aL.Grad(false))
+	drop(aL)
+
+	t := q.MustSize()[2]
+	for s := int64(0); s < t; s += chunk {
+		n := min(chunk, t-s)
+		qb := must(qL.Narrow(2, s, n, false))
+		mb := mask.rows(s, n)
+		ab := attend(qb, kL, vL, mb, l.headDim, dt)
+		drop(qb, mb)
+		gb := must(dO.Narrow(2, s, n, false))
+		backwardAt(ab, gb)
+		drop(gb)
+	}
+	drop(dO)
+
+	dq, dk, dv := must(qL.Grad(false)), must(kL.Grad(false)), must(vL.Grad(false))
+	drop(qL, kL, vL)
+	sq := must(must(q.Mul(dq, false)).Sum(gotch.Float, true))
+	sk := must(must(kr.Mul(dk, false)).Sum(gotch.Float, true))
+	sv := must(must(vr.Mul(dv, false)).Sum(gotch.Float, true))
+	sur := must(must(sq.Add(sk, false)).Add(sv, true))
+	must0(sur.Backward())
+	drop(sur, sq, sk, sv, dq, dk, dv, q)
+	if kr != k {
+		drop(kr, vr)
+	}
+	drop(k, v)
+}
+
+// backwardAt back-propagates the gradient g at out (consumed) through
+// out's graph: the backward pass of sum(out ⊙ g).
+func backwardAt(out, g *ts.Tensor) {
+	sur := must(must(out.Mul(g, true)).Sum(gotch.Float, true))
+	must0(sur.Backward())
+	drop(sur)
+}
+
+// attend is softmax(q·kᵀ/√d + mask)·v for q [B, H, T, d], k and v
+// [B, H, S, d] and mask [B, 1, T, S]; it drops nothing it was given. Where
+// libtorch has scaled_dot_product_attention (2.x) it is that fused op
+// (flash attention's CPU kernel, the flash or memory-efficient kernels on
+// CUDA: no score matrix is kept for the backward pass); otherwise
+// (libtorch 1.13) matmul, softmax in float32, matmul.
+func attend(q, k, v, mask *ts.Tensor, headDim int64, dt gotch.DType) *ts.Tensor {
+	if sdpaAvailable() {
+		m := mask
+		if dt != gotch.Float {
+			m = must(mask.Totype(dt, false))
+			defer drop(m)
+		}
+		return must(ts.ScaledDotProductAttention(q, k, v, m, 0, false, nil))
+	}
+	return attendMatmul(q, k, v, mask, headDim, dt)
+}
+
+// attendMatmul is attend written out, the softmax in float32. Each step
+// frees its input as it makes its output, so at most two score-sized
+// tensors exist at once. (Not gotch's in-place ops: they replace the
+// tensor's handle without freeing the old one, which keeps the storage
+// alive — a leak on temporaries.)
+func attendMatmul(q, k, v, mask *ts.Tensor, headDim int64, dt gotch.DType) *ts.Tensor {
+	kt := must(k.Transpose(2, 3, false))
 	scores := mulScalar(must(q.Matmul(kt, false)), 1/math.Sqrt(float64(headDim)), true)
+	drop(kt)
 	scoresF := must(must(scores.Totype(gotch.Float, true)).Add(mask, true))
 	probs := must(must(scoresF.Softmax(-1, gotch.Float, true)).Totype(dt, true))
 	return must(probs.Matmul(v, true))
+}
+
+// useSDPA turns the fused attention off where libtorch has it (tests
+// compare both; SEEDCTL_SDPA=0 does it for a whole process).
+var useSDPA = os.Getenv("SEEDCTL_SDPA") != "0"
+
+var sdpa struct {
+	once sync.Once
+	ok   bool
+}
+
+// sdpaAvailable reports whether attend uses scaled_dot_product_attention:
+// useSDPA, and libtorch has the op (probed once: on libtorch 1.13 gotch's
+// wrapper is a stub that returns an error).
+func sdpaAvailable() bool {
+	if !useSDPA {
+		return false
+	}
+	sdpa.once.Do(func() {
+		x := ts.MustOnes([]int64{1, 1, 2, 4}, gotch.Float, gotch.CPU)
+		m := ts.MustZeros([]int64{1, 1, 2, 2}, gotch.Float, gotch.CPU)
+		out, err := ts.ScaledDotProductAttention(x, x, x, m, 0, false, nil)
+		sdpa.ok = err == nil
+		drop(x, m)
+		if err == nil {
+			drop(out)
+		}
+	})
+	return sdpa.ok
+}
+
+// AttentionKernel names how attention is computed in this build:
+// "scaled_dot_product_attention" (libtorch 2.x) or "matmul+softmax"
+// (libtorch 1.13), for doctor and benchmark reports.
+func AttentionKernel() string {
+	if sdpaAvailable() {
+		return "scaled_dot_product_attention"
+	}
+	return "matmul+softmax"
 }
 
 // swapDrop frees old and returns updated.

@@ -24,6 +24,8 @@ type RuntimeInfo struct {
 	CUDAAvailable   bool
 	CUDADevices     int64
 	BLAS            BLASInfo
+	// Attention is the attention kernel this build uses (AttentionKernel).
+	Attention string
 }
 
 // Device is "CUDA" when libtorch sees a GPU, else "CPU".
@@ -106,6 +108,7 @@ func Runtime() (RuntimeInfo, error) {
 		return info, ErrLibtorchNotMapped
 	}
 	info.LibtorchVersion, info.VersionSource = libtorchVersion(info.LibtorchPath)
+	info.Attention = AttentionKernel()
 	info.CUDAAvailable = gotch.CUDA.IsAvailable()
 	if info.CUDAAvailable {
 		info.CUDADevices = gotch.CUDA.DeviceCount()
@@ -165,6 +168,7 @@ func classifyBLAS(libs []string) BLASInfo {
 var (
 	versionHeaderRe = regexp.MustCompile(`#define TORCH_VERSION\s*\\?\s*"([0-9][0-9.]*)"`)
 	sonameVersionRe = regexp.MustCompile(`\.so\.([0-9]+(?:\.[0-9]+)*)$`)
+	pyVersionRe     = regexp.MustCompile(`(?m)^__version__ = '([0-9][^']*)'`)
 )
 
 // libtorchVersion finds the version of the libtorch at libPath. Sources, in
@@ -179,6 +183,11 @@ func libtorchVersion(libPath string) (version, source string) {
 			v = v[:i]
 		}
 		return v, filepath.Join(root, "build-version")
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "version.py")); err == nil { // a Python torch package
+		if m := pyVersionRe.FindSubmatch(b); m != nil {
+			return string(m[1]), filepath.Join(root, "version.py")
+		}
 	}
 	if v, pkg, ok := debianPackageVersion(libPath); ok {
 		return v, "Debian package " + pkg

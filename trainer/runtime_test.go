@@ -2,6 +2,8 @@ package trainer
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +63,18 @@ func TestVersionHeaderRegexp(t *testing.T) {
 	m := versionHeaderRe.FindStringSubmatch(h)
 	if m == nil || m[1] != "2.1.0" {
 		t.Fatalf("version header parsed as %q", m)
+	}
+}
+
+// TestPythonTorchVersion: the libtorch inside a Python torch package is
+// versioned by its torch/version.py, local build tag included.
+func TestPythonTorchVersion(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "torch")
+	os.MkdirAll(filepath.Join(root, "lib"), 0o755)
+	os.WriteFile(filepath.Join(root, "version.py"), []byte("from typing import Optional\n\n__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n"), 0o644)
+	v, src := libtorchVersion(filepath.Join(root, "lib", "libtorch_cpu.so"))
+	if v != "2.11.0+cu130" || src != filepath.Join(root, "version.py") {
+		t.Errorf("version %q from %q, want 2.11.0+cu130 from version.py", v, src)
 	}
 }
 

@@ -98,12 +98,12 @@ func runDoctor(ctx context.Context, p doctorProbe, o doctorOptions, log zerolog.
 		add(checkResult{Name: "libtorch", Status: statusFail, Detail: err.Error(), Fix: setupFix})
 	} else {
 		add(checkResult{Name: "libtorch", Status: statusOK,
-			Detail: fmt.Sprintf("%s (from %s) at %s", info.LibtorchVersion, info.VersionSource, info.LibtorchPath)})
+			Detail: fmt.Sprintf("%s (from %s) at %s; attention: %s", info.LibtorchVersion, info.VersionSource, info.LibtorchPath, info.Attention)})
 		dev := checkResult{Name: "device", Status: statusOK}
 		if info.CUDAAvailable {
 			dev.Detail = fmt.Sprintf("CUDA (%d device(s) visible to libtorch)", info.CUDADevices)
 		} else {
-			dev.Detail = "CPU (libtorch sees no CUDA device; set LIBTORCH to a CUDA libtorch 2.1 and rerun ./setup.sh for GPUs)"
+			dev.Detail = "CPU (libtorch sees no CUDA device; build against a CUDA libtorch for GPUs: LIBTORCH_USE_PYTORCH=1 ./setup.sh beside a CUDA torch, see docs/gpu.md)"
 		}
 		add(dev)
 

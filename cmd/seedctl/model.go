@@ -44,6 +44,7 @@ func modelCommand() *cli.Command {
 			refineCommand(),
 			accuracyCommand(),
 			memcheckCommand(),
+			stepbenchCommand(),
 		},
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -147,5 +148,53 @@ func TestModelRealShapeAndMemcheck(t *testing.T) {
 	}
 	if _, err := runApp(t, "model", "memcheck", "--model", out, "--tokens", "16", "--row", "32"); err == nil {
 		t.Error("rows longer than the micro-batch were accepted")
+	}
+}
+
+// TestModelStepbench: model stepbench times the training step of a
+// checkpoint (a tiny random one here), reports tokens/s, model FLOP/s,
+// MFU against a given peak and the memory plan, as text and as the JSON
+// the GPU check's PyTorch peer reads (the model's config included); bad
+// input is refused with the flag named.
+func TestModelStepbench(t *testing.T) {
+	dir := t.TempDir()
+	corpus := filepath.Join(dir, "corpus.txt")
+	os.WriteFile(corpus, []byte(strings.Repeat("go to cabinet 1 and take the mug 2\n", 40)), 0o644)
+	out := filepath.Join(dir, "m")
+	if _, err := runApp(t, "model", "init", "--out", out, "--corpus", corpus, "--vocab-size", "300"); err != nil {
+		t.Fatalf("model init: %v", err)
+	}
+	rep, err := runApp(t, "model", "stepbench", "--model", out, "--tokens", "64", "--row", "32", "--steps", "2", "--dtype", "float32", "--peak-tflops", "1", "--json")
+	if err != nil {
+		t.Fatalf("stepbench: %v\n%s", err, rep)
+	}
+	var res stepbenchResult
+	if err := json.Unmarshal([]byte(rep), &res); err != nil {
+		t.Fatalf("stepbench --json: %v\n%s", err, rep)
+	}
+	info, err := trainer.InspectCheckpoint(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TokensPerS <= 0 || len(res.Seconds) != 2 || res.FLOPsPerToken <= 0 || res.MFU <= 0 || res.PlanPeak <= res.PlanResident ||
+		res.Config == nil || res.Config.VocabSize != info.Config.VocabSize || res.Params != info.Params || res.Tokens != 64 || res.Row != 32 || res.Attention == "" {
+		t.Errorf("stepbench result incomplete: %+v", res)
+	}
+	if want := res.TokensPerS * res.FLOPsPerToken / 1e12; math.Abs(res.TFLOPs-want) > 1e-9*want {
+		t.Errorf("model TFLOP/s %g, want tokens/s × FLOPs per token = %g", res.TFLOPs, want)
+	}
+	text, err := runApp(t, "model", "stepbench", "--model", out, "--tokens", "32", "--steps", "1", "--dtype", "float32")
+	if err != nil || !strings.Contains(text, "tokens/s") || !strings.Contains(text, "memory plan") {
+		t.Errorf("stepbench text output (%v):\n%s", err, text)
+	}
+	for _, bad := range [][]string{
+		{"--model", out, "--tokens", "48", "--row", "32"}, // rows do not divide the tokens
+		{"--size", "qwen9-1b"},
+		{"--model", out, "--size", "qwen2.5-0.5b"},
+		{"--model", out, "--recompute", "maybe"},
+	} {
+		if msg, err := runApp(t, append([]string{"model", "stepbench"}, bad...)...); err == nil {
+			t.Errorf("stepbench %v accepted:\n%s", bad, msg)
+		}
 	}
 }

@@ -1,0 +1,102 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/sugarme/gotch/ts"
+)
+
+// StepBench is a timed training step: the NLL loss's forward and backward
+// pass over random rows (the step BenchmarkTrainStep and the PyTorch eager
+// peers time) and, with an optimizer, its AdamW update (gradients clipped
+// to norm 1), on the model's device and in its precision.
+type StepBench struct {
+	Tokens, Row int
+	// Seconds of each timed step (after one warm-up step).
+	Seconds []float64
+	// TokensPerS is Tokens over the median step.
+	TokensPerS float64
+	// FLOPsPerToken is the model FLOPs of one token's forward and backward
+	// pass (StepFLOPsPerToken; recomputation's extra forward not counted,
+	// as MFU is usually reported).
+	FLOPsPerToken float64
+	Recompute     bool
+	Update        bool
+	Attention     string
+	Plan          MemoryPlan
+}
+
+// StepFLOPsPerToken is the model FLOPs of one forward and backward token
+// in rows of seq tokens: 6 per matmul parameter (embedding lookups
+// excluded, the LM head included) plus the attention scores and values,
+// 12·layers·seq·(heads·head_dim) (PaLM's accounting).
+func StepFLOPsPerToken(c *ModelConfig, seq int) float64 {
+	matmul := float64(c.ParamCount() - int64(c.VocabSize*c.HiddenSize)) // minus the embedding table
+	matmul += float64(c.VocabSize * c.HiddenSize)                       // plus the head's matmul (tied or not)
+	if !c.TieWordEmbeddings {
+		matmul -= float64(c.VocabSize * c.HiddenSize) // ParamCount already has the separate head
+	}
+	attn := 12 * float64(c.NumHiddenLayers) * float64(seq) * float64(c.NumAttentionHeads*c.HeadDimension())
+	return 6*matmul + attn
+}
+
+// BenchStep runs one warm-up step and steps timed steps of tokens random
+// tokens in rows of row (one sequence per row, next-token targets); opt,
+// when not nil, applies each step's update.
+func (m *Model) BenchStep(opt *Optimizer, tokens, row, steps int, seed uint64) (StepBench, error) {
+	sb := StepBench{Tokens: tokens, Row: row, Recompute: m.recompute, Update: opt != nil, Attention: AttentionKernel()}
+	if row < 2 || tokens < row || tokens%row != 0 || steps < 1 {
+		return sb, fmt.Errorf("step bench: %d tokens in rows of %d, %d steps: want rows of at least 2 tokens that divide the tokens, and a step", tokens, row, steps)
+	}
+	var err error
+	if sb.Plan, err = PlanMemory(MemoryInput{Model: m.cfg, DType: m.DType(), Tokens: tokens, RowTokens: row, Recompute: m.recompute}); err != nil {
+		return sb, err
+	}
+	sb.FLOPsPerToken = StepFLOPsPerToken(m.cfg, row)
+	r := rand.New(rand.NewPCG(seed, 5))
+	in := Input{IDs: make([][]int, tokens/row)}
+	targets := make([][]int, len(in.IDs))
+	for i := range in.IDs {
+		ids := make([]int, row+1)
+		for k := range ids {
+			ids[k] = r.IntN(m.cfg.VocabSize)
+		}
+		in.IDs[i], targets[i] = ids[:row], ids[1:]
+	}
+	step := func() (float64, error) {
+		start := time.Now()
+		if _, err := m.NLLBackward(in, targets); err != nil {
+			return 0, fmt.Errorf("step bench: %w", err)
+		}
+		if opt != nil {
+			if _, err := opt.Step(1); err != nil && !errors.Is(err, ErrNonFinite) {
+				return 0, fmt.Errorf("step bench: update: %w", err)
+			}
+		}
+		if m.device.IsCuda() {
+			if err := ts.CudaSynchronize(); err != nil {
+				return 0, fmt.Errorf("step bench: synchronising CUDA: %w", err)
+			}
+		}
+		el := time.Since(start).Seconds()
+		m.ZeroGrad()
+		return el, nil
+	}
+	if _, err := step(); err != nil { // warm-up: kernels chosen, caches filled
+		return sb, err
+	}
+	for range steps {
+		s, err := step()
+		if err != nil {
+			return sb, err
+		}
+		sb.Seconds = append(sb.Seconds, s)
+	}
+	sorted := slices.Sorted(slices.Values(sb.Seconds))
+	sb.TokensPerS = float64(tokens) / sorted[len(sorted)/2]
+	return sb, nil
+}
