@@ -117,7 +117,7 @@ func TestChunkedAttentionMemory(t *testing.T) {
 	if os.Getenv("SEEDCTL_ATTN_CHILD") != "" {
 		return
 	}
-	peak := func(chunk int64) float64 { return childPeak(t, chunk, false) }
+	peak := func(chunk int64) float64 { return childPeak(t, chunk, false, false) }
 	const T, heads, hidden, inter = 4096, 4, 32, 48
 	chunked, whole := peak(512), peak(0)
 	// Linear estimate: per token, the float32 activations of one layer
@@ -134,6 +134,13 @@ func TestChunkedAttentionMemory(t *testing.T) {
 	if whole < quadratic/2 {
 		t.Errorf("attention in one piece grew RSS by only %.1f MB: the measurement does not see the score matrices (%.1f MB)", whole/1e6, quadratic/1e6)
 	}
+	if sdpaAvailable() {
+		fused := childPeak(t, 0, false, true)
+		t.Logf("with %s in one piece: %.1f MB", AttentionKernel(), fused/1e6)
+		if fused > 2*linear {
+			t.Errorf("fused attention grew RSS by %.1f MB, more than twice the linear estimate %.1f MB", fused/1e6, linear/1e6)
+		}
+	}
 }
 
 // TestChunkedAttentionTrainMemory: the same for a training step (forward
@@ -146,7 +153,7 @@ func TestChunkedAttentionTrainMemory(t *testing.T) {
 		return
 	}
 	const T, heads, hidden, inter, layers, vocab = 4096, 4, 32, 48, 2, 97
-	chunked, whole := childPeak(t, 512, true), childPeak(t, 0, true)
+	chunked, whole := childPeak(t, 512, true, false), childPeak(t, 0, true, false)
 	// Linear estimate, per token in float32: each layer's saved input; the
 	// rebuilt layer's graph (norms, q/k/v, MLP) with the leaves of q, k, v
 	// and the attention output and their gradients; the head's logits, its
@@ -163,15 +170,26 @@ func TestChunkedAttentionTrainMemory(t *testing.T) {
 	if whole < quadratic/2 {
 		t.Errorf("attention in one piece grew RSS by only %.1f MB: the measurement does not see the score matrices (%.1f MB)", whole/1e6, quadratic/1e6)
 	}
+	if sdpaAvailable() {
+		fused := childPeak(t, 0, true, true)
+		t.Logf("with %s in one piece: %.1f MB", AttentionKernel(), fused/1e6)
+		if fused > 2*linear {
+			t.Errorf("fused attention grew RSS by %.1f MB, more than twice the linear estimate %.1f MB", fused/1e6, linear/1e6)
+		}
+	}
 }
 
 // childPeak runs TestAttentionMemoryChild with blocks of chunk queries
-// (0: whole), a forward pass or (train) a training step, and returns the
+// (0: whole), a forward pass or (train) a training step, attention written
+// out or (fused) libtorch's scaled_dot_product_attention, and returns the
 // growth of its peak RSS over the warm-up.
-func childPeak(t *testing.T, chunk int64, train bool) float64 {
+func childPeak(t *testing.T, chunk int64, train, fused bool) float64 {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestAttentionMemoryChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "SEEDCTL_ATTN_CHILD="+strconv.FormatInt(chunk, 10))
+	cmd.Env = append(os.Environ(), "SEEDCTL_ATTN_CHILD="+strconv.FormatInt(chunk, 10), "SEEDCTL_SDPA=0")
+	if fused {
+		cmd.Env[len(cmd.Env)-1] = "SEEDCTL_SDPA=1"
+	}
 	if train {
 		cmd.Env = append(cmd.Env, "SEEDCTL_ATTN_TRAIN=1")
 	}
