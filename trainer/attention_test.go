@@ -70,8 +70,9 @@ func packedInput() Input {
 // architecture, packed rows with padding, block sizes that do and do not
 // divide the length).
 func TestChunkedAttentionBackward(t *testing.T) {
-	saved := attentionChunk
-	defer func() { attentionChunk = saved }()
+	saved, fused := attentionChunk, useSDPA
+	defer func() { attentionChunk, useSDPA = saved, fused }()
+	useSDPA = false // the blocks are the path without the fused op
 	in := packedInput()
 	targets := make([][]int, len(in.IDs))
 	for b, row := range in.IDs {

@@ -574,7 +574,9 @@ func (m *Model) afterBackward() {
 	for li := len(m.layers) - 1; li >= 0; li-- {
 		x := must(r.inputs[li].Detach(false))
 		x = must(x.SetRequiresGrad(true, true))
-		if t := x.MustSize()[1]; attentionChunk > 0 && t > attentionChunk {
+		// Fused attention keeps no score matrix: the layer is rebuilt
+		// whole. Written out, its attention is rebuilt in blocks.
+		if t := x.MustSize()[1]; attentionChunk > 0 && t > attentionChunk && !sdpaAvailable() {
 			m.layers[li].recomputeBackward(x, g, r.cos, r.sin, r.mask, m.cfg.RMSNormEps, attentionChunk)
 		} else {
 			backwardAt(m.layers[li].forward(must(x.ShallowClone()), r.cos, r.sin, r.mask, nil, li, m.cfg.RMSNormEps, 0), g)

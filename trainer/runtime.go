@@ -26,6 +26,9 @@ type RuntimeInfo struct {
 	BLAS            BLASInfo
 	// Attention is the attention kernel this build uses (AttentionKernel).
 	Attention string
+	// CUDABuild: libtorch's CUDA library is loaded (a CUDA build, whether
+	// or not a GPU is visible).
+	CUDABuild bool
 }
 
 // Device is "CUDA" when libtorch sees a GPU, else "CPU".
@@ -99,9 +102,11 @@ func Runtime() (RuntimeInfo, error) {
 	}
 	info := RuntimeInfo{BLAS: classifyBLAS(libs).withKernels()}
 	for _, l := range libs {
-		if strings.HasPrefix(filepath.Base(l), "libtorch_cpu.so") {
+		switch base := filepath.Base(l); {
+		case strings.HasPrefix(base, "libtorch_cpu.so") && info.LibtorchPath == "":
 			info.LibtorchPath = l
-			break
+		case strings.HasPrefix(base, "libtorch_cuda.so"):
+			info.CUDABuild = true
 		}
 	}
 	if info.LibtorchPath == "" {

@@ -102,6 +102,8 @@ func runDoctor(ctx context.Context, p doctorProbe, o doctorOptions, log zerolog.
 		dev := checkResult{Name: "device", Status: statusOK}
 		if info.CUDAAvailable {
 			dev.Detail = fmt.Sprintf("CUDA (%d device(s) visible to libtorch)", info.CUDADevices)
+		} else if info.CUDABuild {
+			dev.Detail = "CPU (a CUDA build of libtorch, but it sees no CUDA device: check nvidia-smi, the driver and CUDA_VISIBLE_DEVICES)"
 		} else {
 			dev.Detail = "CPU (libtorch sees no CUDA device; build against a CUDA libtorch for GPUs: LIBTORCH_USE_PYTORCH=1 ./setup.sh beside a CUDA torch, see docs/gpu.md)"
 		}
