@@ -360,7 +360,8 @@ func TestAttachTeacherAlignsAndRefusesMismatch(t *testing.T) {
 
 func TestMetricsTornLineAndTrim(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "metrics.jsonl")
-	if err := appendMetrics(p, MetricsLine{Kind: "iteration", Iteration: 1}, MetricsLine{Kind: "iteration", Iteration: 2}); err != nil {
+	if err := appendMetrics(p, MetricsLine{Kind: "iteration", Iteration: 1, Values: map[string]float64{"success": 0.5}},
+		MetricsLine{Kind: "iteration", Iteration: 2, Values: map[string]float64{"success": 0.25}}); err != nil {
 		t.Fatal(err)
 	}
 	f, _ := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
@@ -375,6 +376,25 @@ func TestMetricsTornLineAndTrim(t *testing.T) {
 	}
 	if lines, _ := ReadMetrics(p); len(lines) != 1 || lines[0].Iteration != 1 {
 		t.Errorf("after trim: %+v", lines)
+	}
+	// The TensorBoard events were rebuilt from the lines kept: iteration
+	// 1's point, none of iteration 2's.
+	files := tfevents.Files(filepath.Dir(p))
+	if len(files) != 1 {
+		t.Fatalf("event files after trim: %v", files)
+	}
+	evs, err := tfevents.Read(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []int64
+	for _, e := range evs {
+		if e.FileVersion == "" {
+			steps = append(steps, e.Step)
+		}
+	}
+	if len(steps) != 1 || steps[0] != 1 {
+		t.Errorf("event steps after trim: %v, want [1]", steps)
 	}
 	os.WriteFile(p, []byte("garbage\n{\"kind\":\"eval\"}\n"), 0o644)
 	if _, err := ReadMetrics(p); err == nil || !strings.Contains(err.Error(), "line 1") {

@@ -227,20 +227,35 @@ func writeScalars(dir string, lines []MetricsLine) error {
 
 // trimMetrics keeps only lines of finished work (iterations ≤ done, and
 // stage-1 and base-eval lines when kept) so a resumed run appends nothing
-// twice.
+// twice; the TensorBoard event file is rebuilt from the lines kept, so it
+// holds no point of the interrupted iteration either.
 func trimMetrics(path string, keep func(MetricsLine) bool) error {
 	lines, err := ReadMetrics(path)
 	if err != nil {
 		return err
 	}
 	var buf bytes.Buffer
+	var kept []MetricsLine
 	for _, l := range lines {
 		if keep(l) {
 			b, _ := json.Marshal(l)
 			buf.Write(append(b, '\n'))
+			kept = append(kept, l)
 		}
 	}
-	return writeAtomic(path, buf.Bytes())
+	if err := writeAtomic(path, buf.Bytes()); err != nil {
+		return err
+	}
+	// metrics.jsonl is the record; the event files are its copy for
+	// TensorBoard, written again from it (a kill in between leaves them
+	// to the next resume).
+	dir := filepath.Dir(path)
+	for _, f := range tfevents.Files(dir) {
+		if err := os.Remove(f); err != nil {
+			return fmt.Errorf("rebuilding the tensorboard events: %w", err)
+		}
+	}
+	return writeScalars(dir, kept)
 }
 
 // ParseState reads a state.json's bytes (benchmarks read finished runs).
