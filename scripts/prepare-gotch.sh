@@ -146,6 +146,27 @@ GOFILE="$DEST.tmp/libtch/tensor.go"
 grep -q 'return \*(\*int)(unsafe.Pointer(&cretVal))' "$GOFILE" || die "gotch's AtGradSetEnabled changed; review the patch in prepare-gotch.sh"
 sed -i 's/return \*(\*int)(unsafe.Pointer(&cretVal))/return int(cretVal)/' "$GOFILE"
 
+# ts.NoGrad and ts.NoGrad1 switch libtorch's grad mode, which is per OS
+# thread, without pinning the goroutine to one: when it moves between
+# threads inside fn, grad mode stays off on the first thread, and the next
+# training step scheduled there builds no graph ("element 0 of tensors
+# does not require grad"). gotch's own nn initialisers and VarStore call
+# them. Pin the thread and restore the previous mode.
+TSFILE="$DEST.tmp/ts/tensor.go"
+python3 - "$TSFILE" <<'NOGRAD' || die "gotch's ts.NoGrad changed; review the patch in prepare-gotch.sh"
+import re, sys
+p = sys.argv[1]
+s = open(p).read()
+pin = "\truntime.LockOSThread()\n\tdefer runtime.UnlockOSThread()\n\tprev := MustGradSetEnabled(false)\n\tdefer MustGradSetEnabled(prev)\n"
+new1 = "func NoGrad(fn func()) {\n" + pin + "\tfn()\n}\n"
+new2 = "func NoGrad1(fn func() interface{}) interface{} {\n" + pin + "\treturn fn()\n}\n"
+s, n1 = re.subn(r"func NoGrad\(fn func\(\)\) \{\n.*?\n\}\n", lambda m: new1, s, count=1, flags=re.S)
+s, n2 = re.subn(r"func NoGrad1\(fn func\(\) interface\{\}\) interface\{\} \{\n.*?\n\}\n", lambda m: new2, s, count=1, flags=re.S)
+if n1 != 1 or n2 != 1 or '"runtime"' not in s:
+    sys.exit(1)
+open(p, "w").write(s)
+NOGRAD
+
 # ---- stub the wrappers this libtorch lacks -------------------------------
 GEN="$DEST.tmp/libtch/torch_api_generated.cpp.h"
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
@@ -370,6 +371,40 @@ func TestGradModeRestoredAfterNoGrad(t *testing.T) {
 			defer runtime.UnlockOSThread()
 			if prev, err := ts.GradSetEnabled(true); err != nil || !prev {
 				t.Errorf("grad mode on this thread was %v (err %v), want on", prev, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestGotchNoGradPinsItsThread guards the other grad-mode patch in
+// scripts/prepare-gotch.sh: gotch's ts.NoGrad (which its nn initialisers
+// call) must leave no OS thread with autograd off when the goroutine
+// moves between threads inside it.
+func TestGotchNoGradPinsItsThread(t *testing.T) {
+	var wg sync.WaitGroup
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				ts.NoGrad(func() {
+					runtime.Gosched()
+					time.Sleep(50 * time.Microsecond) // a chance to be moved to another thread
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			time.Sleep(time.Millisecond) // spread over the threads the first goroutines used
+			if prev, err := ts.GradSetEnabled(true); err != nil || !prev {
+				t.Errorf("grad mode on this thread was %v (err %v) after ts.NoGrad calls, want on", prev, err)
 			}
 		}()
 	}
