@@ -44,10 +44,7 @@ MODEL="$("$ROOT/bin/seedctl" model bootstrap 2>/dev/null | sed -n 's/.*base mode
 
 # A tree of its own, gotch prepared for this libtorch with CUDA (or CPU).
 TREE="$ROOT/.build/gpu-pack-tree"
-mkdir -p "$TREE"
-find "$TREE" -mindepth 1 -maxdepth 1 ! -name .build -exec rm -rf {} +
-git ls-files -z --cached --others --exclude-standard |
-  tar --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$TREE"
+./scripts/copy-checkout.sh "$TREE"
 (
   cd "$TREE"
   if [[ $CPU == 1 ]]; then export CUDA_VER=cpu; else unset CUDA_VER; fi

@@ -46,12 +46,7 @@ fi
 [[ "${1:-}" == --install-only ]] && exit 0
 
 log "copying the checkout to ${TREE#$ROOT/}"
-mkdir -p "$TREE"
-# A fresh copy of what git would commit (no .build, bin or runs); the
-# tree's own .build (gotch prepared for this libtorch) is kept.
-find "$TREE" -mindepth 1 -maxdepth 1 ! -name .build -exec rm -rf {} +
-git ls-files -z --cached --others --exclude-standard |
-  tar --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -xf - -C "$TREE"
+./scripts/copy-checkout.sh "$TREE"
 # The npm test data (tokenizer, OpenAI client) is shared, not copied.
 mkdir -p "$TREE/.build"
 [[ -d "$ROOT/.build/npm" ]] && ln -sfn "$ROOT/.build/npm" "$TREE/.build/npm"

@@ -64,16 +64,9 @@ func packedInput() Input {
 	return in
 }
 
-// TestChunkedAttentionBackward: with recomputation, the backward pass that
-// rebuilds attention a block of queries at a time gives the gradients of
-// the whole-matrix step without recomputation (every parameter, each
-// architecture, packed rows with padding, block sizes that do and do not
-// divide the length).
-func TestChunkedAttentionBackward(t *testing.T) {
-	saved, fused := attentionChunk, useSDPA
-	defer func() { attentionChunk, useSDPA = saved, fused }()
-	useSDPA = false // the blocks are the path without the fused op
-	in := packedInput()
+// nextTokenTargets is each position's next token within its segment, -1
+// at a segment's end and on padding.
+func nextTokenTargets(in Input) [][]int {
 	targets := make([][]int, len(in.IDs))
 	for b, row := range in.IDs {
 		for j := range row {
@@ -84,6 +77,20 @@ func TestChunkedAttentionBackward(t *testing.T) {
 			targets[b] = append(targets[b], tg)
 		}
 	}
+	return targets
+}
+
+// TestChunkedAttentionBackward: with recomputation, the backward pass that
+// rebuilds attention a block of queries at a time gives the gradients of
+// the whole-matrix step without recomputation (every parameter, each
+// architecture, packed rows with padding, block sizes that do and do not
+// divide the length).
+func TestChunkedAttentionBackward(t *testing.T) {
+	saved, fused := attentionChunk, useSDPA
+	defer func() { attentionChunk, useSDPA = saved, fused }()
+	useSDPA = false // the blocks are the path without the fused op
+	in := packedInput()
+	targets := nextTokenTargets(in)
 	for _, arch := range []Arch{ArchQwen2, ArchQwen3, ArchLlama} {
 		m, _ := newTiny(t, arch, 43)
 		wholeLoss, err := m.NLLBackward(in, targets)
@@ -127,8 +134,16 @@ func TestChunkedAttentionMemory(t *testing.T) {
 	// host and as a tensor).
 	linear := float64(T)*4*(8*hidden+4*inter+4*97) + 2*512*T*heads*4 + 2*512*T*4
 	quadratic := 2.0 * T * T * heads * 4
-	t.Logf("peak RSS growth of a 4,096-token forward: %.1f MB in blocks of 512 queries, %.1f MB in one piece; linear estimate %.1f MB, the full score matrices %.1f MB",
-		chunked/1e6, whole/1e6, linear/1e6, quadratic/1e6)
+	checkAttentionMemory(t, "forward", false, chunked, whole, linear, quadratic)
+}
+
+// checkAttentionMemory asserts a memory test's measurements: the blocks
+// within 2× of the linear estimate, the whole matrices seen by the
+// measurement, and where libtorch has the fused op, it within 2× too.
+func checkAttentionMemory(t *testing.T, what string, train bool, chunked, whole, linear, quadratic float64) {
+	t.Helper()
+	t.Logf("peak RSS growth of a 4,096-token %s: %.1f MB in blocks of 512 queries, %.1f MB in one piece; linear estimate %.1f MB, the full score matrices %.1f MB",
+		what, chunked/1e6, whole/1e6, linear/1e6, quadratic/1e6)
 	if chunked > 2*linear {
 		t.Errorf("chunked attention grew RSS by %.1f MB, more than twice the linear estimate %.1f MB", chunked/1e6, linear/1e6)
 	}
@@ -136,7 +151,7 @@ func TestChunkedAttentionMemory(t *testing.T) {
 		t.Errorf("attention in one piece grew RSS by only %.1f MB: the measurement does not see the score matrices (%.1f MB)", whole/1e6, quadratic/1e6)
 	}
 	if sdpaAvailable() {
-		fused := childPeak(t, 0, false, true)
+		fused := childPeak(t, 0, train, true)
 		t.Logf("with %s in one piece: %.1f MB", AttentionKernel(), fused/1e6)
 		if fused > 2*linear {
 			t.Errorf("fused attention grew RSS by %.1f MB, more than twice the linear estimate %.1f MB", fused/1e6, linear/1e6)
@@ -163,21 +178,7 @@ func TestChunkedAttentionTrainMemory(t *testing.T) {
 	// on the host and as a tensor.
 	linear := float64(T)*4*(layers*hidden+16*hidden+8*inter+6*vocab) + 3*512*T*heads*4 + 2*512*T*4
 	quadratic := 2.0 * T * T * heads * 4
-	t.Logf("peak RSS growth of a 4,096-token training step: %.1f MB in blocks of 512 queries, %.1f MB in one piece; linear estimate %.1f MB, the full score matrices %.1f MB",
-		chunked/1e6, whole/1e6, linear/1e6, quadratic/1e6)
-	if chunked > 2*linear {
-		t.Errorf("chunked attention grew RSS by %.1f MB, more than twice the linear estimate %.1f MB", chunked/1e6, linear/1e6)
-	}
-	if whole < quadratic/2 {
-		t.Errorf("attention in one piece grew RSS by only %.1f MB: the measurement does not see the score matrices (%.1f MB)", whole/1e6, quadratic/1e6)
-	}
-	if sdpaAvailable() {
-		fused := childPeak(t, 0, true, true)
-		t.Logf("with %s in one piece: %.1f MB", AttentionKernel(), fused/1e6)
-		if fused > 2*linear {
-			t.Errorf("fused attention grew RSS by %.1f MB, more than twice the linear estimate %.1f MB", fused/1e6, linear/1e6)
-		}
-	}
+	checkAttentionMemory(t, "training step", true, chunked, whole, linear, quadratic)
 }
 
 // childPeak runs TestAttentionMemoryChild with blocks of chunk queries
@@ -278,16 +279,7 @@ func TestFusedAttentionMatches(t *testing.T) {
 	}
 	defer func(on bool) { useSDPA = on }(useSDPA)
 	in := packedInput()
-	targets := make([][]int, len(in.IDs))
-	for b, row := range in.IDs {
-		for j := range row {
-			tg := -1
-			if j+1 < len(row) && in.Segments[b][j] != 0 && in.Segments[b][j+1] == in.Segments[b][j] {
-				tg = row[j+1]
-			}
-			targets[b] = append(targets[b], tg)
-		}
-	}
+	targets := nextTokenTargets(in)
 	for _, arch := range []Arch{ArchQwen2, ArchQwen3, ArchLlama} {
 		m, _ := newTiny(t, arch, 47)
 		run := func(fused, recompute bool) ([][][]float32, map[string][]float64, float64) {

@@ -619,8 +619,9 @@ func appendKV(ks, vs **ts.Tensor, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
 }
 
 // attnMask is a forward pass's additive attention mask [B, 1, T, past+T]
-// in float32: 0 where query i may see key j (same non-zero segment, j not
-// after i), the float32 minimum elsewhere. Every query may see itself, so
+// in float32 (in the model's dtype where the fused op takes it): 0 where
+// query i may see key j (same non-zero segment, j not after i), the
+// float32 minimum elsewhere. Every query may see itself, so
 // padded rows stay finite. It is built whole on first use (all), or a
 // block of query rows at a time (rows) without ever holding the whole
 // T × (past+T) matrix, which chunked attention relies on.
@@ -682,8 +683,14 @@ func (m *Model) maskRows(qSegs, kSegs [][]int, past, lo, n int, buf []float32) *
 			}
 		}
 	}
-	mask := fromSlice(vals, []int64{int64(b), 1, int64(n), int64(s)})
-	return must(mask.To(m.device, true))
+	mask := must(fromSlice(vals, []int64{int64(b), 1, int64(n), int64(s)}).To(m.device, true))
+	if m.dtype != gotch.Float && sdpaAvailable() {
+		// The fused op takes the mask in the query's dtype: converted once
+		// here, not in every layer (0 and float32's minimum stay 0 and a
+		// finite minimum in bfloat16).
+		mask = must(mask.Totype(m.dtype, true))
+	}
+	return mask
 }
 
 // rope returns cos and sin [B, 1, T, headDim] in the model dtype.
@@ -916,7 +923,7 @@ func backwardAt(out, g *ts.Tensor) {
 func attend(q, k, v, mask *ts.Tensor, headDim int64, dt gotch.DType) *ts.Tensor {
 	if sdpaAvailable() {
 		m := mask
-		if dt != gotch.Float {
+		if mask.DType() != dt { // a mask built for another dtype (maskRows converts)
 			m = must(mask.Totype(dt, false))
 			defer drop(m)
 		}

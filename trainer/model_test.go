@@ -362,13 +362,22 @@ func TestGradModeRestoredAfterNoGrad(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	assertGradOnEverywhere(t, 8, 0)
+}
+
+// assertGradOnEverywhere checks from n goroutines, each pinned to its OS
+// thread (after sleeping spread, so they spread over the threads earlier
+// goroutines used), that libtorch's grad mode is on there.
+func assertGradOnEverywhere(t *testing.T, n int, spread time.Duration) {
+	t.Helper()
 	var wg sync.WaitGroup
-	for g := 0; g < 8; g++ {
+	for g := 0; g < n; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
+			time.Sleep(spread)
 			if prev, err := ts.GradSetEnabled(true); err != nil || !prev {
 				t.Errorf("grad mode on this thread was %v (err %v), want on", prev, err)
 			}
@@ -396,19 +405,7 @@ func TestGotchNoGradPinsItsThread(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for g := 0; g < 64; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			time.Sleep(time.Millisecond) // spread over the threads the first goroutines used
-			if prev, err := ts.GradSetEnabled(true); err != nil || !prev {
-				t.Errorf("grad mode on this thread was %v (err %v) after ts.NoGrad calls, want on", prev, err)
-			}
-		}()
-	}
-	wg.Wait()
+	assertGradOnEverywhere(t, 64, time.Millisecond)
 }
 
 func TestNLLBackwardMatchesLogProbs(t *testing.T) {
