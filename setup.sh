@@ -28,7 +28,8 @@ fi
 # ---- Debian packages ---------------------------------------------------------
 # python3-torch (Debian's PyTorch 1.13 on the same libtorch) is the independent
 # reference the model tests and benchmarks compare against.
-pkgs=(build-essential git ca-certificates python3-torch python3-numpy)
+# chromium (headless) renders each run's HTML report in a test.
+pkgs=(build-essential git ca-certificates python3-torch python3-numpy chromium)
 if [[ -z "${LIBTORCH:-}" && "${LIBTORCH_USE_PYTORCH:-}" != 1 ]]; then
   # libopenblas0-pthread: without it libtorch runs on the reference BLAS, ~35x slower.
   pkgs+=(libtorch-dev libopenblas0-pthread)

@@ -9,8 +9,9 @@ import (
 	"github.com/seedctl/seedctl/internal/plot"
 )
 
-// WriteReport writes dir/report: learning curves (PNG) and a results table
-// (Markdown) from metrics.jsonl and state.json.
+// WriteReport writes dir/report: learning curves (PNG), a results table
+// (Markdown) and the HTML page (index.html) from metrics.jsonl and
+// state.json.
 func WriteReport(dir string) error {
 	d := runDir(dir)
 	lines, err := ReadMetrics(d.metrics())
@@ -108,5 +109,8 @@ func WriteReport(dir string) error {
 	if len(it) > 0 {
 		b.WriteString("![mean return](return.png)\n")
 	}
-	return writeAtomic(filepath.Join(d.report(), "results.md"), []byte(b.String()))
+	if err := writeAtomic(filepath.Join(d.report(), "results.md"), []byte(b.String())); err != nil {
+		return err
+	}
+	return WriteHTMLReport(dir)
 }

@@ -246,8 +246,8 @@ func execute(ctx context.Context, cfg Config, deps Deps, dir runDir, st *State) 
 	if err := WriteReport(string(dir)); err != nil {
 		return nil, fmt.Errorf("writing the report: %w", err)
 	}
-	r.printf("trained policy (%s, %d iterations): eval-seen success %.1f%% (base %.1f%%), eval-unseen %.1f%% (base %.1f%%); report in %s\n",
-		cfg.Algo, st.Iteration, 100*st.FinalEval.Seen, 100*st.BaseEval.Seen, 100*st.FinalEval.Unseen, 100*st.BaseEval.Unseen, dir.report())
+	r.printf("trained policy (%s, %d iterations): eval-seen success %.1f%% (base %.1f%%), eval-unseen %.1f%% (base %.1f%%); report: %s\n",
+		cfg.Algo, st.Iteration, 100*st.FinalEval.Seen, 100*st.BaseEval.Seen, 100*st.FinalEval.Unseen, 100*st.BaseEval.Unseen, HTMLReportPath(string(dir)))
 	return &Result{Dir: string(dir), State: *st, Base: st.BaseEval, Final: st.FinalEval, Duration: time.Since(r.start), EvalProtocol: r.cfg.EvalProtocol()}, nil
 }
 

@@ -43,6 +43,14 @@ func (o ModelOptions) dtype() (gotch.DType, error) {
 	}
 }
 
+// CheckDevice says whether a device name is one the trainer can use here
+// ("cpu", or "cuda"/"cuda:N" when libtorch sees that GPU), so a command
+// can refuse a wrong --device before it starts work.
+func CheckDevice(name string) error {
+	_, err := ModelOptions{Device: name}.device()
+	return err
+}
+
 func (o ModelOptions) device() (gotch.Device, error) {
 	switch o.Device {
 	case "", "cpu":

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -158,6 +160,9 @@ func analyzeCommand() *cli.Command {
 			log := logger(c)
 			in := c.String("in")
 			trajs, err := rollout.ReadJSONL(filepath.Join(in, "trajectories.jsonl"))
+			if errors.Is(err, fs.ErrNotExist) {
+				return cli.Exit(fmt.Sprintf("analyze: --in %s: no trajectories.jsonl there; pass the folder `seedctl collect --out DIR` wrote", in), 2)
+			}
 			if err != nil {
 				return cli.Exit("analyze: "+err.Error(), 1)
 			}

@@ -35,7 +35,7 @@ func main() {
 const loggerKey = "logger"
 
 func newApp() *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:    "seedctl",
 		Usage:   "train LLM agents with SEED (GRPO + self-evolving on-policy distillation)",
 		Version: versionString(),
@@ -79,6 +79,9 @@ func newApp() *cli.App {
 			reportCommand(),
 		},
 	}
+	addExamples(app)
+	addFlagChecks("", app.Commands)
+	return app
 }
 
 // logger returns the logger configured by the global flags.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/seedctl/seedctl/basemodel"
+	"github.com/seedctl/seedctl/envadapters"
 	"github.com/seedctl/seedctl/tokenizer"
 	"github.com/seedctl/seedctl/trainer"
 )
@@ -63,8 +66,9 @@ func modelInitCommand() *cli.Command {
 			&cli.IntFlag{Name: "layers", Usage: "decoder layers (overrides the preset)"},
 			&cli.IntFlag{Name: "heads", Usage: "attention heads (overrides the preset)"},
 			&cli.IntFlag{Name: "kv-heads", Usage: "key/value heads, for grouped-query attention (overrides the preset)"},
-			&cli.StringFlag{Name: "tokenizer", Usage: "folder with tokenizer.json (and tokenizer_config.json) to use as is"},
+			&cli.StringFlag{Name: "tokenizer", Usage: "folder with tokenizer.json (and tokenizer_config.json) to use as is, e.g. a Hugging Face model's folder"},
 			&cli.StringFlag{Name: "corpus", Usage: "text file to train a byte-level BPE tokenizer on (one document per line)"},
+			&cli.StringFlag{Name: "env", Value: "household", Usage: "with neither --tokenizer nor --corpus: the built-in environment whose expert episodes the BPE tokenizer is trained on (household, webshop, searchqa)"},
 			&cli.IntFlag{Name: "vocab-size", Value: 2048, Usage: "learned vocabulary size when training a tokenizer"},
 			&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "stored dtype: float32, bfloat16 or float16"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "initialisation seed (same seed, same weights)"},
@@ -72,10 +76,25 @@ func modelInitCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			log := logger(c)
-			if (c.String("tokenizer") == "") == (c.String("corpus") == "") {
-				return cli.Exit("model init: give exactly one of --tokenizer DIR or --corpus FILE", 2)
+			if c.String("tokenizer") != "" && c.String("corpus") != "" {
+				return cli.Exit("model init: --tokenizer and --corpus both given: pass one (--tokenizer DIR uses a tokenizer as is, --corpus FILE trains one on your text)", 2)
 			}
-			tok, tcfg, err := initTokenizer(c.String("tokenizer"), c.String("corpus"), c.Int("vocab-size"))
+			if dir := c.String("tokenizer"); dir != "" {
+				if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+					return cli.Exit(fmt.Sprintf("model init: --tokenizer %s: no tokenizer.json there; pass a folder with tokenizer.json (such as a Hugging Face model's), or --corpus FILE to train one, or neither to train one on --env's text", dir), 2)
+				}
+			}
+			var texts []string
+			if c.String("tokenizer") == "" && c.String("corpus") == "" {
+				// No tokenizer named: train one on the built-in
+				// environment's text, so the model can act there at once.
+				var err error
+				if texts, err = envTexts(c.Context, c.String("env")); err != nil {
+					return cli.Exit("model init: "+err.Error(), 2)
+				}
+				log.Info().Str("env", c.String("env")).Int("texts", len(texts)).Msg("training a BPE tokenizer on the environment's expert episodes (pass --tokenizer DIR or --corpus FILE to choose)")
+			}
+			tok, tcfg, err := initTokenizer(c.String("tokenizer"), c.String("corpus"), texts, c.Int("vocab-size"))
 			if err != nil {
 				return cli.Exit("model init: "+err.Error(), 1)
 			}
@@ -113,38 +132,63 @@ func modelInitCommand() *cli.Command {
 	}
 }
 
-func initTokenizer(dir, corpus string, vocab int) (*tokenizer.Tokenizer, *tokenizer.Config, error) {
+// envTexts is the text of 200 expert episodes of a built-in environment
+// (prompts, actions, observations), the default tokenizer corpus.
+func envTexts(ctx context.Context, env string) ([]string, error) {
+	r, err := basemodel.DefaultRecipe(env, "tiny")
+	if err != nil {
+		return nil, fmt.Errorf("--env %q: %w (or pass --tokenizer DIR or --corpus FILE)", env, err)
+	}
+	b, err := envadapters.Lookup(r.Env)
+	if err != nil {
+		return nil, fmt.Errorf("--env %q: %w", env, err)
+	}
+	cc := r.Corpus
+	cc.Episodes = min(cc.Episodes, 200)
+	eps, err := basemodel.GenerateCorpus(ctx, b, cc, nil)
+	if err != nil {
+		return nil, fmt.Errorf("generating %s episodes for the tokenizer: %w", env, err)
+	}
+	return append(basemodel.Texts(eps), tokenizer.Qwen25ChatTemplate), nil
+}
+
+// initTokenizer loads the tokenizer in dir, or trains a byte-level BPE on
+// the lines of corpus, or on texts.
+func initTokenizer(dir, corpus string, texts []string, vocab int) (*tokenizer.Tokenizer, *tokenizer.Config, error) {
 	if dir != "" {
 		tok, cfg, err := tokenizer.Load(dir)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("--tokenizer %s: %w (want a folder with tokenizer.json, such as a Hugging Face model's)", dir, err)
 		}
 		if cfg.ChatTemplate == "" {
 			cfg.ChatTemplate = tokenizer.Qwen25ChatTemplate
 		}
 		return tok, cfg, nil
 	}
-	f, err := os.Open(corpus)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading --corpus: %w", err)
-	}
-	defer f.Close()
-	var texts []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		if line := strings.ReplaceAll(sc.Text(), `\n`, "\n"); strings.TrimSpace(line) != "" {
-			texts = append(texts, line)
+	source := "the environment's episodes"
+	if corpus != "" {
+		source = corpus
+		f, err := os.Open(corpus)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading --corpus: %w", err)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, nil, fmt.Errorf("reading --corpus %s: %w", corpus, err)
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		for sc.Scan() {
+			if line := strings.ReplaceAll(sc.Text(), `\n`, "\n"); strings.TrimSpace(line) != "" {
+				texts = append(texts, line)
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return nil, nil, fmt.Errorf("reading --corpus %s: %w", corpus, err)
+		}
 	}
 	tc := tokenizer.DefaultTrainConfig()
 	tc.VocabSize = vocab
 	tok, err := tokenizer.TrainBPE(texts, tc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("training a tokenizer on %s: %w", corpus, err)
+		return nil, nil, fmt.Errorf("training a tokenizer on %s: %w", source, err)
 	}
 	return tok, &tokenizer.Config{EOSToken: "<|im_end|>", PadToken: "<|endoftext|>", ChatTemplate: tokenizer.Qwen25ChatTemplate}, nil
 }
@@ -200,7 +244,10 @@ func modelInspectCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
-				return cli.Exit("model inspect: give one checkpoint folder", 2)
+				return cli.Exit("model inspect: give one checkpoint folder, e.g. seedctl model inspect ~/models/Qwen2.5-3B-Instruct", 2)
+			}
+			if err := checkModelFlag("DIR", c.Args().First()); err != nil {
+				return cli.Exit("model inspect: "+err.Error(), 2)
 			}
 			rep, err := inspectModel(c.Args().First())
 			if err != nil {

@@ -82,7 +82,7 @@ func TestModelCommandErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"model", "init", "--out", filepath.Join(dir, "x")}, "exactly one of --tokenizer"},
+		{[]string{"model", "init", "--out", filepath.Join(dir, "x"), "--tokenizer", dir, "--corpus", filepath.Join(dir, "c.txt")}, "both given"},
 		{[]string{"model", "init", "--out", filepath.Join(dir, "x"), "--corpus", filepath.Join(dir, "missing.txt")}, "--corpus"},
 		{[]string{"model", "inspect", dir}, "config.json"},
 		{[]string{"model", "inspect"}, "one checkpoint folder"},
@@ -104,6 +104,10 @@ func TestModelCommandErrors(t *testing.T) {
 // model refine names what is wrong with its input before any work.
 func TestModelRefineRejectsBadInput(t *testing.T) {
 	dir := t.TempDir()
+	// A folder with a config.json gets past --model's check to refine's own.
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string

@@ -157,6 +157,9 @@ func runCommand() *cli.Command {
 			warnForcedAVX2(log, c.String("device"))
 			deps := orchestrator.Deps{NewLearner: newLearner(c.String("device")), Log: log, Progress: c.App.ErrWriter}
 			if dir := c.String("resume"); dir != "" {
+				if err := checkRunFolder("--resume", dir); err != nil {
+					return cli.Exit("run: "+err.Error(), 2)
+				}
 				cfg, err := orchestrator.Load(filepath.Join(dir, "config.json"))
 				if err != nil {
 					return cli.Exit("run --resume: "+err.Error(), 2)
@@ -169,7 +172,7 @@ func runCommand() *cli.Command {
 			var err error
 			if f := c.String("config"); f != "" {
 				if cfg, err = orchestrator.Load(f); err != nil {
-					return cli.Exit("run: "+err.Error(), 2)
+					return cli.Exit(fmt.Sprintf("run: --config %s: %v (configs/ holds the shipped configs; seedctl config default prints one to edit)", f, err), 2)
 				}
 				if c.String("model") != "" {
 					cfg.Model = c.String("model")
@@ -178,10 +181,10 @@ func runCommand() *cli.Command {
 				return cli.Exit("run: "+err.Error(), 1)
 			}
 			if err := applyRunFlags(c, &cfg); err != nil {
-				return cli.Exit("run: "+err.Error(), 2)
+				return cli.Exit("run: "+withRunFlag(c, err).Error(), 2)
 			}
 			if err := cfg.Validate(); err != nil {
-				return cli.Exit("run: "+err.Error(), 2)
+				return cli.Exit("run: "+withRunFlag(c, err).Error(), 2)
 			}
 			deps.OpenBackend = openBackendFor(cfg.Backend, cfg.RL.DType, time.Duration(cfg.RetryFor), log)
 			res, err := orchestrator.Start(c.Context, cfg, deps)
@@ -208,13 +211,13 @@ func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) error {
 	if v := c.Int("iterations"); c.IsSet("iterations") {
 		cfg.Iterations = v
 	}
-	if v := c.Int("tasks"); v > 0 {
+	if v := c.Int("tasks"); c.IsSet("tasks") {
 		cfg.TasksPerIteration = v
 	}
-	if v := c.Int("group"); v > 0 {
+	if v := c.Int("group"); c.IsSet("group") {
 		cfg.Rollout.GroupSize = v
 	}
-	if v := c.Float64("data-share"); v > 0 {
+	if v := c.Float64("data-share"); c.IsSet("data-share") {
 		cfg.DataShare = v
 	}
 	if c.IsSet("seed") {
@@ -229,13 +232,13 @@ func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) error {
 	if c.IsSet("eval-episodes") {
 		cfg.Eval.Episodes = c.Int("eval-episodes")
 	}
-	if v := c.Int("stage1-episodes"); v > 0 {
+	if v := c.Int("stage1-episodes"); c.IsSet("stage1-episodes") {
 		cfg.Stage1.Episodes = v
 	}
-	if v := c.Float64("lr"); v > 0 {
+	if v := c.Float64("lr"); c.IsSet("lr") {
 		cfg.RL.LR = v
 	}
-	if v := c.Int("max-steps"); v > 0 {
+	if v := c.Int("max-steps"); c.IsSet("max-steps") {
 		cfg.Env.MaxSteps = v
 	}
 	if v := c.String("update"); v != "" {
@@ -254,7 +257,7 @@ func reportRun(c *cli.Context, res *orchestrator.Result, err error) error {
 	fmt.Fprintf(c.App.Writer, "%s\n", res.EvalProtocol)
 	fmt.Fprintf(c.App.Writer, "base policy:    eval-seen success %.1f%%, eval-unseen %.1f%%\n", 100*res.Base.Seen, 100*res.Base.Unseen)
 	fmt.Fprintf(c.App.Writer, "trained policy: eval-seen success %.1f%%, eval-unseen %.1f%%\n", 100*res.Final.Seen, 100*res.Final.Unseen)
-	fmt.Fprintf(c.App.Writer, "report: %s\n", filepath.Join(res.Dir, "report", "results.md"))
+	fmt.Fprintf(c.App.Writer, "report: %s (tables: %s)\n", orchestrator.HTMLReportPath(res.Dir), filepath.Join(res.Dir, "report", "results.md"))
 	return nil
 }
 

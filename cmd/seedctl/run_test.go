@@ -86,7 +86,7 @@ func TestRunEndToEndTinyModel(t *testing.T) {
 	}
 	for _, f := range []string{"config.json", "state.json", "metrics.jsonl", "skills/stage1.jsonl", "trajectories/stage1.jsonl",
 		"checkpoints/stage1/model.safetensors", "checkpoints/iter-3/model.safetensors", "checkpoints/iter-3/optimizer.safetensors",
-		"checkpoints/iter-3/tokenizer.json", "report/learning_curve.png", "report/return.png", "report/results.md"} {
+		"checkpoints/iter-3/tokenizer.json", "report/learning_curve.png", "report/return.png", "report/results.md", "report/index.html"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("missing %s: %v", f, err)
 		}

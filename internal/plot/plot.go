@@ -11,6 +11,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"golang.org/x/image/font"
@@ -70,32 +72,9 @@ func (c Chart) Render(w, h int) (*image.RGBA, error) {
 	if w < 200 || h < 150 {
 		return nil, fmt.Errorf("plot: %dx%d is too small", w, h)
 	}
-	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
-	for _, s := range c.Series {
-		if len(s.X) != len(s.Y) || (s.Lo != nil && len(s.Lo) != len(s.Y)) || (s.Hi != nil && len(s.Hi) != len(s.Y)) {
-			return nil, fmt.Errorf("plot: series %q has %d x, %d y, %d lo, %d hi values", s.Name, len(s.X), len(s.Y), len(s.Lo), len(s.Hi))
-		}
-		for i := range s.X {
-			xmin, xmax = math.Min(xmin, s.X[i]), math.Max(xmax, s.X[i])
-			ymin, ymax = math.Min(ymin, s.Y[i]), math.Max(ymax, s.Y[i])
-			if s.Lo != nil {
-				ymin, ymax = math.Min(ymin, s.Lo[i]), math.Max(ymax, s.Hi[i])
-			}
-		}
-	}
-	if math.IsInf(xmin, 1) {
-		xmin, xmax, ymin, ymax = 0, 1, 0, 1
-	}
-	if c.YMax > c.YMin {
-		ymin, ymax = c.YMin, c.YMax
-	} else if c.YFromZero {
-		ymin, ymax = 0, math.Max(10, math.Ceil(ymax/10+0.05)*10)
-	}
-	if xmax == xmin {
-		xmin, xmax = xmin-1, xmax+1
-	}
-	if ymax == ymin {
-		ymin, ymax = ymin-1, ymax+1
+	xmin, xmax, ymin, ymax, err := c.bounds()
+	if err != nil {
+		return nil, err
 	}
 	img := image.NewRGBA(image.Rect(0, 0, w, h))
 	fill(img, img.Bounds(), color.RGBA{255, 255, 255, 255})
@@ -106,7 +85,7 @@ func (c Chart) Render(w, h int) (*image.RGBA, error) {
 	for i := 0; i <= 5; i++ {
 		y := ymin + float64(i)/5*(ymax-ymin)
 		line(img, left, py(y), right, py(y), grey)
-		text(img, 4, py(y)+4, trim(y), black)
+		text(img, 4, py(y)+4, tick(y, (ymax-ymin)/5), black)
 	}
 	for _, x := range xTicks(c.Series, xmin, xmax) {
 		text(img, px(x)-10, bottom+15, trim(x), black)
@@ -155,6 +134,39 @@ func (c Chart) Render(w, h int) (*image.RGBA, error) {
 	return img, nil
 }
 
+// bounds checks the series and gives the axes' ranges: the data's, or
+// the fixed or zero-based y range the chart asks for, never empty.
+func (c Chart) bounds() (xmin, xmax, ymin, ymax float64, err error) {
+	xmin, xmax, ymin, ymax = math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+	for _, s := range c.Series {
+		if len(s.X) != len(s.Y) || (s.Lo != nil && len(s.Lo) != len(s.Y)) || (s.Hi != nil && len(s.Hi) != len(s.Y)) {
+			return 0, 0, 0, 0, fmt.Errorf("plot: series %q has %d x, %d y, %d lo, %d hi values", s.Name, len(s.X), len(s.Y), len(s.Lo), len(s.Hi))
+		}
+		for i := range s.X {
+			xmin, xmax = math.Min(xmin, s.X[i]), math.Max(xmax, s.X[i])
+			ymin, ymax = math.Min(ymin, s.Y[i]), math.Max(ymax, s.Y[i])
+			if s.Lo != nil {
+				ymin, ymax = math.Min(ymin, s.Lo[i]), math.Max(ymax, s.Hi[i])
+			}
+		}
+	}
+	if math.IsInf(xmin, 1) {
+		xmin, xmax, ymin, ymax = 0, 1, 0, 1
+	}
+	if c.YMax > c.YMin {
+		ymin, ymax = c.YMin, c.YMax
+	} else if c.YFromZero {
+		ymin, ymax = 0, math.Max(10, math.Ceil(ymax/10+0.05)*10)
+	}
+	if xmax == xmin {
+		xmin, xmax = xmin-1, xmax+1
+	}
+	if ymax == ymin {
+		ymin, ymax = ymin-1, ymax+1
+	}
+	return xmin, xmax, ymin, ymax, nil
+}
+
 // xTicks places x labels: on whole numbers when every x is one (iterations,
 // percents), at most about ten of them; else at six even steps.
 func xTicks(series []Series, xmin, xmax float64) []float64 {
@@ -179,6 +191,37 @@ func xTicks(series []Series, xmin, xmax float64) []float64 {
 		out = append(out, x)
 	}
 	return out
+}
+
+// tick labels a y tick with the decimals its step needs (0.001 apart
+// reads 0.012, 0.013, not 0.01, 0.01).
+func tick(v, step float64) string {
+	d := 0
+	if step > 0 && step < 1 {
+		d = min(6, int(math.Ceil(-math.Log10(step)-1e-9)))
+		if math.Abs(step*math.Pow(10, float64(d))-math.Round(step*math.Pow(10, float64(d)))) > 1e-6 {
+			d = min(6, d+1)
+		}
+	}
+	out := strconv.FormatFloat(v, 'f', d, 64)
+	if strings.Trim(out, "-0.") == "" {
+		return strings.TrimPrefix(out, "-") // no "-0.000" from rounding
+	}
+	return out
+}
+
+// niceStep rounds a tick step up to 1, 2, 2.5 or 5 times a power of ten.
+func niceStep(raw float64) float64 {
+	if raw <= 0 || math.IsInf(raw, 0) || math.IsNaN(raw) {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if m*p >= raw*(1-1e-12) {
+			return m * p
+		}
+	}
+	return 10 * p
 }
 
 func trim(v float64) string {
