@@ -40,7 +40,7 @@ var Algos = []string{AlgoSEED, AlgoGRPO, AlgoStaticSkill, AlgoRandomSkill, AlgoS
 // EnvConfig selects the environment.
 type EnvConfig struct {
 	// Name is a built-in (household, webshop, searchqa) or, with Kind
-	// "agentgym", the AgentGym flavor (alfworld, webshop, sciworld).
+	// "agentgym", the AgentGym flavor (alfworld, webshop, sciworld, textcraft).
 	Name string `json:"name"`
 	Kind string `json:"kind,omitempty"` // "builtin" (default) or "agentgym"
 	URL  string `json:"url,omitempty"`  // agentgym server

@@ -502,3 +502,27 @@ func TestServerSpeaksAgentGymWebShop(t *testing.T) {
 		t.Errorf("a step after the end answered %v, want an error", raw)
 	}
 }
+
+// seedctl's client against AgentGym's TextCraft server: the goal is in the
+// reset observation, failed actions count as invalid, crafting the goal
+// item wins.
+func TestClientSpeaksAgentGymTextCraft(t *testing.T) {
+	ctx := context.Background()
+	hs := replay(t, exchanges(t, "textcraft"))
+	defer hs.Close()
+	c, err := New(DefaultConfig(hs.URL, TextCraft))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Reset(ctx, envadapters.Task{Index: 12})
+	if err != nil || !strings.Contains(st.Observation, "Goal: craft blue dye.") || st.Done {
+		t.Fatalf("reset %+v %v", st, err)
+	}
+	for i, want := range []struct{ invalid, done, won bool }{{true, false, false}, {false, false, false}, {false, true, true}} {
+		action := []string{"craft 1 blue dye using 1 lapis lazuli", "get 1 lapis lazuli", "craft 1 blue dye using 1 lapis lazuli"}[i]
+		st, err := c.Step(ctx, action)
+		if err != nil || st.Invalid != want.invalid || st.Done != want.done || st.Won != want.won {
+			t.Errorf("step %d %q: %+v %v, want invalid %v done %v won %v", i, action, st, err, want.invalid, want.done, want.won)
+		}
+	}
+}

@@ -1,5 +1,5 @@
 // Package agentgym speaks AgentGym's environment-server protocol: a client
-// Env for real ALFWorld, WebShop and SciWorld servers, and a server that
+// Env for real ALFWorld, WebShop, SciWorld and TextCraft servers, and a server that
 // exposes seedctl's built-ins the same way, so Python trainers (AgentGym,
 // verl-agent) can use them.
 package agentgym
@@ -22,6 +22,11 @@ const (
 	ALFWorld = "alfworld" // id; /reset {id, game, world_type}; /step → observation, reward, available_actions, done
 	WebShop  = "webshop"  // env_idx; /step → state, reward, done, info; GET /available_actions
 	SciWorld = "sciworld" // id; /reset {id, data_idx}; /step → observation, reward, score, done
+	// TextCraft (Minecraft crafting): id; /create → {id, observation,
+	// done, reward}; /reset {id, data_idx}; /step → observation, reward
+	// (1 when the goal item is made), done. A failed action answers an
+	// observation beginning "Could not" or "Wrong item format".
+	TextCraft = "textcraft"
 )
 
 // Config points the client at one server.
@@ -45,9 +50,9 @@ func (c Config) Validate() error {
 		return errors.New("agentgym config: base_url is required")
 	}
 	switch c.Flavor {
-	case ALFWorld, WebShop, SciWorld:
+	case ALFWorld, WebShop, SciWorld, TextCraft:
 	default:
-		return fmt.Errorf("agentgym config: flavor %q: want alfworld, webshop or sciworld", c.Flavor)
+		return fmt.Errorf("agentgym config: flavor %q: want alfworld, webshop, sciworld or textcraft", c.Flavor)
 	}
 	if c.Timeout <= 0 || c.RetryFor < 0 {
 		return errors.New("agentgym config: timeout must be positive and retry_for not negative")
@@ -121,10 +126,11 @@ func (c *Client) create(ctx context.Context) error {
 	if err := c.call(ctx, "POST", "/create", map[string]any{}, &raw); err != nil {
 		return err
 	}
-	// {"id": N}, {"env_idx": N} or a bare N, depending on the server.
+	// {"id": N}, {"env_idx": N} or a bare N, depending on the server;
+	// TextCraft's object also carries the first observation.
 	var n int
 	if json.Unmarshal(raw, &n) != nil {
-		var m map[string]int
+		var m map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &m); err != nil {
 			return fmt.Errorf("/create answered %s: %w", truncate(raw), ErrEnvServer)
 		}
@@ -134,7 +140,9 @@ func (c *Client) create(ctx context.Context) error {
 				return fmt.Errorf("/create answered %s without an id: %w", truncate(raw), ErrEnvServer)
 			}
 		}
-		n = v
+		if err := json.Unmarshal(v, &n); err != nil {
+			return fmt.Errorf("/create answered %s: the id is not an integer: %w", truncate(raw), ErrEnvServer)
+		}
 	}
 	c.id = &n
 	return nil
@@ -216,7 +224,7 @@ func (c *Client) Reset(ctx context.Context, task envadapters.Task) (envadapters.
 	switch c.cfg.Flavor {
 	case ALFWorld:
 		body["game"], body["world_type"] = task.Index, c.cfg.WorldType
-	case SciWorld:
+	case SciWorld, TextCraft:
 		body["data_idx"] = task.Index
 	case WebShop:
 		body["session_id"] = task.Index
@@ -307,6 +315,10 @@ func (c *Client) Step(ctx context.Context, action string) (envadapters.Step, err
 		st.Won = r.Done && r.Reward > 0
 	}
 	st.Invalid = strings.TrimSpace(st.Observation) == "Nothing happens."
+	if c.cfg.Flavor == TextCraft {
+		obs := strings.TrimSpace(st.Observation)
+		st.Invalid = strings.HasPrefix(obs, "Could not") || strings.HasPrefix(obs, "Wrong item format")
+	}
 	c.last = st
 	return st, nil
 }
