@@ -32,7 +32,9 @@ fi
 pkgs=(build-essential git ca-certificates python3-torch python3-numpy chromium)
 if [[ -z "${LIBTORCH:-}" && "${LIBTORCH_USE_PYTORCH:-}" != 1 ]]; then
   # libopenblas0-pthread: without it libtorch runs on the reference BLAS, ~35x slower.
-  pkgs+=(libtorch-dev libopenblas0-pthread)
+  # libgloo-dev: the headers of the Gloo library libtorch's c10d runs on
+  # (data-parallel training over the Gloo process group).
+  pkgs+=(libtorch-dev libopenblas0-pthread libgloo-dev)
 fi
 command -v npm >/dev/null || pkgs+=(npm)
 missing=()

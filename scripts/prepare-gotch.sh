@@ -83,7 +83,7 @@ if [[ ! -d "$SRC/libtch" ]]; then
 fi
 
 LIST="$LISTS/libtorch-$LT_VERSION-missing-wrappers.txt"
-SELF_HASH="$({ cat "${BASH_SOURCE[0]}"; cat "$LIST" 2>/dev/null || true; } | sha256sum | cut -c1-16)"
+SELF_HASH="$({ cat "${BASH_SOURCE[0]}"; cat "$LIST" 2>/dev/null || true; cat "$LISTS"/c10d/*; } | sha256sum | cut -c1-16)"
 STAMP="gotch=$GOTCH_VERSION libtorch=$LT_VERSION root=$LT_ROOT device=$DEVICE abi=$ABI script=$SELF_HASH probe=${SEEDCTL_GOTCH_PROBE:-0}"
 if [[ -f "$DEST/.seedctl-prepared" && "$(cat "$DEST/.seedctl-prepared")" == "$STAMP" ]]; then
   log "up to date ($STAMP)"
@@ -98,6 +98,12 @@ chmod -R u+w "$DEST.tmp"
 # Examples and tests of gotch are not ours to build or vet.
 rm -rf "$DEST.tmp/example" "$DEST.tmp/vision" "$DEST.tmp/gen"
 find "$DEST.tmp" -name '*_test.go' -delete
+# seedctl's binding of c10d (TCPStore, the Gloo process group and its
+# collectives) becomes the package libtch/c10d, built with libtch's cgo
+# flags (written below) against the same libtorch; without Gloo headers it
+# builds as a stub that says so.
+mkdir -p "$DEST.tmp/libtch/c10d"
+cp "$LISTS"/c10d/c10d_shim.h "$LISTS"/c10d/c10d_shim.cpp "$LISTS"/c10d/c10d.go "$DEST.tmp/libtch/c10d/"
 
 # ---- cgo flags (gotch rewrites libtch/lib.go per device the same way) ------
 INC="${LT_INC:+-I$LT_INC }-I$LT_API_INC"
@@ -137,6 +143,7 @@ CXXINC="-I\${SRCDIR} $INC"
   fi
   echo 'import "C"'
 } >"$DEST.tmp/libtch/lib.go"
+sed 's/^package libtch$/package c10d/' "$DEST.tmp/libtch/lib.go" >"$DEST.tmp/libtch/c10d/lib.go"
 
 # ---- fixes to gotch itself ------------------------------------------------
 # AtGradSetEnabled reads the C int result through an *int (8 bytes), so the

@@ -292,23 +292,35 @@ func (m *Model) RLStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLS
 	if opt == nil {
 		return st, errors.New("rl step: no optimizer")
 	}
-	return m.rlStep(opt, batch, cfg)
+	return m.rlStep(opt, nil, batch, cfg)
+}
+
+// RLStepDist is RLStep as one rank of a data-parallel group: shard is
+// this rank's share of the batch (possibly none of it), the token means
+// divide by the whole batch's counts, gradients are summed across the
+// group before clipping, and every rank takes the same step. The stats
+// are the whole batch's. A nil group is RLStep.
+func (m *Model) RLStepDist(opt *Optimizer, g *ProcessGroup, shard []RLSequence, cfg RLConfig) (st RLStats, err error) {
+	if opt == nil {
+		return st, errors.New("rl step: no optimizer")
+	}
+	return m.rlStep(opt, g, shard, cfg)
 }
 
 // rlBackward accumulates the RL loss's gradients of batch without an
 // optimizer step (tests compare them).
 func (m *Model) rlBackward(batch []RLSequence, cfg RLConfig) (RLStats, error) {
-	return m.rlStep(nil, batch, cfg)
+	return m.rlStep(nil, nil, batch, cfg)
 }
 
 // rlStep is RLStep; with a nil optimizer it stops after the backward pass.
-func (m *Model) rlStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLStats, err error) {
+func (m *Model) rlStep(opt *Optimizer, g *ProcessGroup, batch []RLSequence, cfg RLConfig) (st RLStats, err error) {
 	defer pinThread()()
 	start := time.Now()
 	if err := cfg.Validate(); err != nil {
 		return st, err
 	}
-	if len(batch) == 0 {
+	if len(batch) == 0 && g == nil {
 		return st, errors.New("rl step: empty batch")
 	}
 	nTrain, nDistill, nKL := 0, 0, 0
@@ -331,6 +343,17 @@ func (m *Model) rlStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLS
 			}
 		}
 	}
+	nSeq := len(batch)
+	if g != nil {
+		// The whole batch's counts: every rank's token means divide by
+		// them, so the gradients summed across ranks are the
+		// single-process step's.
+		c, err := g.SumFloats([]float64{float64(nTrain), float64(nDistill), float64(nKL), float64(nSeq)})
+		if err != nil {
+			return st, fmt.Errorf("rl step: %w", err)
+		}
+		nTrain, nDistill, nKL, nSeq = int(c[0]), int(c[1]), int(c[2]), int(c[3])
+	}
 	if nTrain == 0 {
 		return st, errors.New("rl step: no trained tokens in the batch")
 	}
@@ -350,6 +373,14 @@ func (m *Model) rlStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLS
 			return st, err
 		}
 	}
+	if g != nil {
+		if err := st.reduce(g, &acc); err != nil {
+			return st, fmt.Errorf("rl step: %w", err)
+		}
+		if err := m.allReduceGrads(g); err != nil {
+			return st, fmt.Errorf("rl step: %w", err)
+		}
+	}
 	st.GRPOLoss /= float64(nTrain)
 	if nDistill > 0 {
 		st.OPDLoss /= float64(nDistill)
@@ -365,7 +396,7 @@ func (m *Model) rlStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLS
 	st.Loss = st.GRPOLoss + cfg.Lambda*st.OPDLoss + cfg.KLCoef*st.KL - cfg.EntropyCoef*st.Entropy
 	st.ClipFrac = float64(acc.clip) / float64(nTrain)
 	st.DualClipFrac = float64(acc.dualClip) / float64(nTrain)
-	st.Tokens, st.DistillTokens, st.Sequences = nTrain, nDistill, len(batch)
+	st.Tokens, st.DistillTokens, st.Sequences = nTrain, nDistill, nSeq
 	if opt == nil { // rlBackward: the gradients are the result
 		return st, nil
 	}
@@ -419,6 +450,32 @@ func (s shiftSums) meanShift() *float64 {
 	}
 	v := s.delta / float64(s.n)
 	return &v
+}
+
+// reduce sums the step's per-token statistics over the group (the ratio
+// deviation takes the maximum), before they are turned into means.
+func (st *RLStats) reduce(g *ProcessGroup, acc *rlSums) error {
+	shifts := []*shiftSums{&acc.distilled, &acc.decision, &acc.posAdv, &acc.negAdv}
+	v := []float64{st.GRPOLoss, st.OPDLoss, st.KL, acc.ent, float64(acc.clip), float64(acc.dualClip), float64(st.MicroBatches)}
+	for _, s := range shifts {
+		v = append(v, float64(s.n), float64(s.pos), s.gate, s.delta)
+	}
+	sum, err := g.SumFloats(v)
+	if err != nil {
+		return err
+	}
+	st.GRPOLoss, st.OPDLoss, st.KL, acc.ent = sum[0], sum[1], sum[2], sum[3]
+	acc.clip, acc.dualClip, st.MicroBatches = int(sum[4]), int(sum[5]), int(sum[6])
+	for i, s := range shifts {
+		o := 7 + 4*i
+		s.n, s.pos, s.gate, s.delta = int(sum[o]), int(sum[o+1]), sum[o+2], sum[o+3]
+	}
+	mx, err := g.maxFloats([]float64{st.RatioMaxDev})
+	if err != nil {
+		return err
+	}
+	st.RatioMaxDev = mx[0]
+	return nil
 }
 
 // rlSums accumulates a step's per-token statistics across micro-batches.

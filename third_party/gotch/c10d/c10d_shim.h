@@ -1,0 +1,38 @@
+// seedctl's binding of libtorch's c10d (PyTorch's distributed engine):
+// a TCPStore rendezvous and a Gloo process group, and the collectives the
+// data-parallel trainer needs. Copied into gotch's tree (libtch/c10d) by
+// scripts/prepare-gotch.sh, with libtch's cgo flags, so it is built
+// against the same libtorch. Where libtorch's Gloo headers are missing (PyPI's torch
+// wheels ship none), it builds without Gloo and seed_c10d_available() is 0.
+#ifndef SEEDCTL_C10D_SHIM_H
+#define SEEDCTL_C10D_SHIM_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef void *seed_pg;
+// A gotch tensor handle (a torch::Tensor *), as gotch's Tensor.Ctensor()
+// gives it.
+typedef void *seed_tensor;
+
+// 1 when this build has a Gloo process group.
+int seed_c10d_available(void);
+// Joins the group: rank 0 serves the TCPStore at host:port, every rank
+// waits for world members up to timeout_ms (also each collective's
+// timeout). NULL with *err set (free it) on failure.
+seed_pg seed_c10d_new(const char *host, int port, int rank, int world, int64_t timeout_ms, char **err);
+// Reduces each tensor across the group in place (one collective each):
+// op 0 sums, op 1 takes the maximum.
+int seed_c10d_allreduce(seed_pg pg, seed_tensor *ts, int n, int op, char **err);
+// Copies each tensor of root to every rank, in place.
+int seed_c10d_broadcast(seed_pg pg, seed_tensor *ts, int n, int root, char **err);
+int seed_c10d_barrier(seed_pg pg, char **err);
+void seed_c10d_free(seed_pg pg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,287 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/libtch/c10d"
+	"github.com/sugarme/gotch/ts"
+)
+
+// Data parallelism over libtorch's own distributed engine, c10d: ranks
+// meet at a TCPStore (rank 0 serves it) and form a Gloo process group;
+// each rank computes gradients on its share of the rows, the gradients
+// are summed across ranks in buckets, and every rank then takes the same
+// optimizer step, so all ranks hold identical weights. The loss's token
+// means use the counts of the whole batch (summed across ranks first),
+// so the step equals the single-process step on the concatenated batch.
+
+// DistConfig says how a learner joins a data-parallel group; the fields
+// are torchrun's environment (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE).
+type DistConfig struct {
+	Addr  string
+	Port  int
+	Rank  int
+	World int
+	// Timeout bounds the rendezvous and every collective: a rank that
+	// died makes the others fail after it instead of hanging.
+	Timeout time.Duration
+	// BucketBytes is the size of the gradient buckets all-reduced at once
+	// (PyTorch DDP's default is 25 MiB).
+	BucketBytes int64
+}
+
+// DefaultDistConfig is one rank of one (no parallelism) on loopback.
+func DefaultDistConfig() DistConfig {
+	return DistConfig{Addr: "127.0.0.1", Port: 29500, Rank: 0, World: 1, Timeout: 5 * time.Minute, BucketBytes: 25 << 20}
+}
+
+// Validate names the first bad field.
+func (c DistConfig) Validate() error {
+	switch {
+	case c.World < 1:
+		return fmt.Errorf("dist: world size %d must be at least 1", c.World)
+	case c.Rank < 0 || c.Rank >= c.World:
+		return fmt.Errorf("dist: rank %d must be in [0, %d)", c.Rank, c.World)
+	case c.Addr == "":
+		return errors.New("dist: the rendezvous address (MASTER_ADDR) is empty")
+	case c.Port < 1 || c.Port > 65535:
+		return fmt.Errorf("dist: port %d (MASTER_PORT) must be in 1..65535", c.Port)
+	case c.Timeout <= 0:
+		return fmt.Errorf("dist: timeout %v must be positive", c.Timeout)
+	case c.BucketBytes < 1:
+		return fmt.Errorf("dist: bucket size %d bytes must be positive", c.BucketBytes)
+	}
+	return nil
+}
+
+// DistConfigFromEnv reads torchrun's variables (MASTER_ADDR, MASTER_PORT,
+// RANK, WORLD_SIZE) over the defaults; ok is false when WORLD_SIZE is unset.
+func DistConfigFromEnv() (cfg DistConfig, ok bool, err error) {
+	cfg = DefaultDistConfig()
+	ws := os.Getenv("WORLD_SIZE")
+	if ws == "" {
+		return cfg, false, nil
+	}
+	num := func(name string, into *int) error {
+		v := os.Getenv(name)
+		if v == "" {
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("dist: %s=%q is not an integer", name, v)
+		}
+		*into = n
+		return nil
+	}
+	if err := errors.Join(num("WORLD_SIZE", &cfg.World), num("RANK", &cfg.Rank), num("MASTER_PORT", &cfg.Port)); err != nil {
+		return cfg, true, err
+	}
+	if a := os.Getenv("MASTER_ADDR"); a != "" {
+		cfg.Addr = a
+	}
+	return cfg, true, cfg.Validate()
+}
+
+// DistAvailable reports whether this libtorch build has c10d's Gloo
+// process group (Debian's libtorch with libgloo-dev does; PyPI's torch
+// wheels ship no Gloo headers).
+func DistAvailable() bool { return c10d.Available() }
+
+// ProcessGroup is this process's membership of a data-parallel group.
+type ProcessGroup struct {
+	h           unsafe.Pointer
+	rank, world int
+	bucketBytes int64
+}
+
+// NewProcessGroup joins the group cfg names; it returns when all World
+// ranks have joined, or fails after cfg.Timeout.
+func NewProcessGroup(cfg DistConfig) (*ProcessGroup, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	h, err := c10d.New(cfg.Addr, cfg.Port, cfg.Rank, cfg.World, cfg.Timeout)
+	if err != nil {
+		return nil, fmt.Errorf("dist: rank %d of %d joining %s:%d: %w", cfg.Rank, cfg.World, cfg.Addr, cfg.Port, err)
+	}
+	return &ProcessGroup{h: h, rank: cfg.Rank, world: cfg.World, bucketBytes: cfg.BucketBytes}, nil
+}
+
+// Rank is this process's rank; World the group's size.
+func (g *ProcessGroup) Rank() int  { return g.rank }
+func (g *ProcessGroup) World() int { return g.world }
+
+// Close leaves the group.
+func (g *ProcessGroup) Close() {
+	if g != nil && g.h != nil {
+		c10d.Free(g.h)
+		g.h = nil
+	}
+}
+
+func ptrs(xs []*ts.Tensor) []unsafe.Pointer {
+	out := make([]unsafe.Pointer, len(xs))
+	for i, x := range xs {
+		out[i] = x.Ctensor()
+	}
+	return out
+}
+
+// AllReduceSum sums the tensors across the group, in place.
+func (g *ProcessGroup) AllReduceSum(xs []*ts.Tensor) error {
+	if err := c10d.AllReduce(g.h, ptrs(xs), c10d.Sum); err != nil {
+		return fmt.Errorf("dist: rank %d: all-reduce: %w", g.rank, err)
+	}
+	return nil
+}
+
+// Broadcast copies root's tensors to every rank, in place.
+func (g *ProcessGroup) Broadcast(xs []*ts.Tensor, root int) error {
+	if err := c10d.Broadcast(g.h, ptrs(xs), root); err != nil {
+		return fmt.Errorf("dist: rank %d: broadcast from %d: %w", g.rank, root, err)
+	}
+	return nil
+}
+
+// Barrier returns when every rank has reached it.
+func (g *ProcessGroup) Barrier() error {
+	if err := c10d.Barrier(g.h); err != nil {
+		return fmt.Errorf("dist: rank %d: barrier: %w", g.rank, err)
+	}
+	return nil
+}
+
+// reduceFloats reduces a few host numbers across the group (op c10d.Sum
+// or c10d.Max), in float64.
+func (g *ProcessGroup) reduceFloats(v []float64, op int) (out []float64, err error) {
+	if len(v) == 0 {
+		return nil, nil
+	}
+	defer guard(&err, "dist: reducing statistics")
+	t := ts.MustOfSlice(v)
+	defer drop(t)
+	if err := c10d.AllReduce(g.h, []unsafe.Pointer{t.Ctensor()}, op); err != nil {
+		return nil, fmt.Errorf("dist: rank %d: all-reduce of %d numbers: %w", g.rank, len(v), err)
+	}
+	return t.Float64Values(), nil
+}
+
+// SumFloats sums host numbers across the group.
+func (g *ProcessGroup) SumFloats(v []float64) ([]float64, error) { return g.reduceFloats(v, c10d.Sum) }
+
+// maxFloats takes each number's maximum across the group.
+func (g *ProcessGroup) maxFloats(v []float64) ([]float64, error) { return g.reduceFloats(v, c10d.Max) }
+
+// BroadcastParams makes every rank's weights root's (before the first
+// step, so ranks that loaded or initialised differently agree).
+func (m *Model) BroadcastParams(g *ProcessGroup, root int) (err error) {
+	defer guard(&err, "dist: broadcasting the weights")
+	xs := make([]*ts.Tensor, len(m.params))
+	for i, p := range m.params {
+		xs[i] = p.t
+	}
+	withoutGrad(func() { err = g.Broadcast(xs, root) })
+	return err
+}
+
+// allReduceGrads sums every parameter's gradient across the group in
+// buckets of about g.bucketBytes: each bucket's gradients (one dtype) are
+// flattened into one tensor, all-reduced in one collective and copied back.
+// A parameter without a gradient here contributes zeros, so ranks whose
+// rows did not reach it still take part.
+func (m *Model) allReduceGrads(g *ProcessGroup) (err error) {
+	defer guard(&err, "dist: all-reducing gradients")
+	if err := m.defineGrads(); err != nil {
+		return err
+	}
+	withoutGrad(func() {
+		type item struct {
+			grad  *ts.Tensor
+			numel int64
+		}
+		var bucket []item
+		var bytes int64
+		flush := func() {
+			if len(bucket) == 0 || err != nil {
+				return
+			}
+			flat := make([]*ts.Tensor, len(bucket))
+			for i, it := range bucket {
+				flat[i] = must(it.grad.View([]int64{-1}, false))
+			}
+			buf := must(ts.Cat(flat, 0))
+			drop(flat...)
+			if err = g.AllReduceSum([]*ts.Tensor{buf}); err == nil {
+				off := int64(0)
+				for _, it := range bucket {
+					part := must(buf.Narrow(0, off, it.numel, false))
+					view := must(it.grad.View([]int64{-1}, false))
+					view.Copy_(part)
+					drop(part, view)
+					off += it.numel
+				}
+			}
+			drop(buf)
+			for _, it := range bucket {
+				drop(it.grad)
+			}
+			bucket, bytes = bucket[:0], 0
+		}
+		var dtype gotch.DType
+		for _, p := range m.params {
+			gr := must(p.t.Grad(false))
+			n := int64(1)
+			for _, d := range p.shape {
+				n *= d
+			}
+			size := n * int64(gr.DType().Size())
+			if len(bucket) > 0 && (gr.DType() != dtype || bytes+size > g.bucketBytes) {
+				flush()
+			}
+			dtype = gr.DType()
+			bucket = append(bucket, item{gr, n})
+			bytes += size
+		}
+		flush()
+	})
+	return err
+}
+
+// defineGrads gives every parameter without a gradient a zero one (a
+// backward pass of Σ 0·p), so a rank whose rows reached no parameter yet
+// still joins the gradient collectives with the same shapes.
+func (m *Model) defineGrads() (err error) {
+	defer guard(&err, "defining gradients")
+	var missing []*ts.Tensor
+	for _, p := range m.params {
+		gr := must(p.t.Grad(false))
+		if !gr.MustDefined() {
+			missing = append(missing, p.t)
+		}
+		drop(gr)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	var total *ts.Tensor
+	for _, t := range missing {
+		z := mulScalar(t, 0, false)
+		s := must(z.Sum(z.DType(), true))
+		if total == nil {
+			total = s
+		} else {
+			total = must(total.Add(s, true))
+			drop(s)
+		}
+	}
+	must0(total.Backward())
+	drop(total)
+	return nil
+}

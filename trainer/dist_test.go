@@ -1,0 +1,303 @@
+package trainer
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sugarme/gotch/ts"
+)
+
+// needDist skips where this libtorch build has no Gloo process group
+// (PyPI's torch wheels ship no Gloo headers) and fails on Debian's
+// libtorch 1.13, where ./setup.sh installs what it needs.
+func needDist(t *testing.T) {
+	t.Helper()
+	if DistAvailable() {
+		return
+	}
+	if info, err := Runtime(); err == nil && strings.HasPrefix(info.LibtorchVersion, "1.13") {
+		t.Fatal("Debian's libtorch 1.13 but no Gloo process group: libgloo-dev missing when gotch was prepared? (./setup.sh)")
+	}
+	t.Skip("this libtorch build has no Gloo process group")
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// onRanks runs fn on world ranks of one group (goroutines of this process,
+// each with its own process group, as separate processes would have) and
+// returns their errors.
+func onRanks(t *testing.T, world int, fn func(g *ProcessGroup) error) []error {
+	t.Helper()
+	defer debug.SetGCPercent(debug.SetGCPercent(100)) // the steps' GC switching interleaves across ranks
+	port := freePort(t)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := 0; r < world; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			cfg := DefaultDistConfig()
+			cfg.Port, cfg.Rank, cfg.World, cfg.Timeout = port, r, world, 60*time.Second
+			g, err := NewProcessGroup(cfg)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer g.Close()
+			errs[r] = fn(g)
+		}(r)
+	}
+	wg.Wait()
+	return errs
+}
+
+func TestProcessGroupCollectives(t *testing.T) {
+	needDist(t)
+	const world = 3
+	got := make([][]float64, world)
+	errs := onRanks(t, world, func(g *ProcessGroup) error {
+		r := float64(g.Rank())
+		a := ts.MustOfSlice([]float32{1 + float32(r), 10 * float32(r)})
+		b := ts.MustOfSlice([]float64{r})
+		defer drop(a, b)
+		if err := g.AllReduceSum([]*ts.Tensor{a, b}); err != nil {
+			return err
+		}
+		c := ts.MustOfSlice([]float32{100 + float32(r)})
+		defer drop(c)
+		if err := g.Broadcast([]*ts.Tensor{c}, 2); err != nil {
+			return err
+		}
+		mx, err := g.maxFloats([]float64{-r, r * r})
+		if err != nil {
+			return err
+		}
+		if err := g.Barrier(); err != nil {
+			return err
+		}
+		av := a.Float64Values()
+		got[g.Rank()] = []float64{av[0], av[1], b.Float64Values()[0], c.Float64Values()[0], mx[0], mx[1]}
+		return nil
+	})
+	want := []float64{6, 30, 3, 102, 0, 4} // 1+2+3, 0+10+20, 0+1+2, rank 2's, max(0,−1,−2), max(0,1,4)
+	for r := range world {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		for i := range want {
+			if got[r][i] != want[i] { // −0 == 0
+				t.Errorf("rank %d: %v, want %v", r, got[r], want)
+				break
+			}
+		}
+	}
+}
+
+func TestDistConfig(t *testing.T) {
+	for _, c := range []struct {
+		mod  func(*DistConfig)
+		want string
+	}{
+		{func(c *DistConfig) { c.World = 0 }, "world size"},
+		{func(c *DistConfig) { c.Rank = 2; c.World = 2 }, "rank 2"},
+		{func(c *DistConfig) { c.Addr = "" }, "MASTER_ADDR"},
+		{func(c *DistConfig) { c.Port = 70000 }, "MASTER_PORT"},
+		{func(c *DistConfig) { c.Timeout = 0 }, "timeout"},
+	} {
+		cfg := DefaultDistConfig()
+		c.mod(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want it to name %q", cfg, err, c.want)
+		}
+	}
+	t.Setenv("WORLD_SIZE", "4")
+	t.Setenv("RANK", "3")
+	t.Setenv("MASTER_ADDR", "10.0.0.7")
+	t.Setenv("MASTER_PORT", "29600")
+	cfg, ok, err := DistConfigFromEnv()
+	if err != nil || !ok || cfg.World != 4 || cfg.Rank != 3 || cfg.Addr != "10.0.0.7" || cfg.Port != 29600 {
+		t.Errorf("from torchrun's variables: %+v %v %v", cfg, ok, err)
+	}
+	t.Setenv("RANK", "x")
+	if _, _, err := DistConfigFromEnv(); err == nil || !strings.Contains(err.Error(), `RANK="x"`) {
+		t.Errorf("RANK=x: %v", err)
+	}
+}
+
+// paramValues copies every parameter to host memory.
+func paramValues(m *Model) [][]float64 {
+	out := make([][]float64, len(m.params))
+	for i, p := range m.params {
+		out[i] = p.t.Float64Values()
+	}
+	return out
+}
+
+// Data parallelism is exact: 2 and 4 ranks, each stepping on its share of
+// the rows (with 4 ranks and 3 rows one rank has none), end 3 steps with
+// the weights and statistics of one process stepping on the whole batch,
+// and every rank holds the same weights, bit for bit. The ranks start from
+// different weights; rank 0's are broadcast first.
+func TestDataParallelRLStepEqualsSingleProcess(t *testing.T) {
+	needDist(t)
+	const steps = 3
+	cfg := DefaultRLConfig()
+	cfg.Lambda, cfg.KLCoef, cfg.MicroBatchTokens = 0.5, 0, 8
+	single, _ := newTiny(t, ArchQwen2, 21)
+	batch := withTeacher(rlBatch(t, single, []float64{0.7, -1.2, 0.5}), 0.4)
+	init := paramValues(single)
+	opt, _ := single.NewAdamW(1e-2, 0.01)
+	var want []RLStats
+	for range steps {
+		st, err := single.RLStep(opt, batch, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, st)
+	}
+	ref := paramValues(single)
+	for _, world := range []int{2, 4} {
+		t.Run(fmt.Sprintf("%d ranks", world), func(t *testing.T) {
+			vals := make([][][]float64, world)
+			stats := make([][]RLStats, world)
+			errs := onRanks(t, world, func(g *ProcessGroup) error {
+				m, _ := newTiny(t, ArchQwen2, uint64(21+100*g.Rank())) // rank 0 alone starts from the reference weights
+				if err := m.BroadcastParams(g, 0); err != nil {
+					return err
+				}
+				var shard []RLSequence
+				for i := g.Rank(); i < len(batch); i += world {
+					shard = append(shard, batch[i])
+				}
+				o, _ := m.NewAdamW(1e-2, 0.01)
+				for range steps {
+					st, err := m.RLStepDist(o, g, shard, cfg)
+					if err != nil {
+						return err
+					}
+					stats[g.Rank()] = append(stats[g.Rank()], st)
+				}
+				vals[g.Rank()] = paramValues(m)
+				return nil
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			// The gradients agree to float32 rounding (summed in another
+			// order); AdamW divides by √v, which turns rounding on a
+			// near-zero gradient into a visible step on that element, so the
+			// updates are compared as a whole: ‖Δdp − Δ‖ / ‖Δ‖.
+			var diff2, upd2 float64
+			for i := range ref {
+				for j := range ref[i] {
+					d, u := vals[0][i][j]-ref[i][j], ref[i][j]-init[i][j]
+					diff2, upd2 = diff2+d*d, upd2+u*u
+					for r := 1; r < world; r++ {
+						if vals[r][i][j] != vals[0][i][j] {
+							t.Fatalf("rank %d's parameter %d differs from rank 0's at %d: %v vs %v", r, i, j, vals[r][i][j], vals[0][i][j])
+						}
+					}
+				}
+			}
+			if rel := math.Sqrt(diff2 / upd2); rel > 1e-3 {
+				t.Errorf("after %d steps the update differs from one process's by %.2g of its norm", steps, rel)
+			} else {
+				t.Logf("after %d steps: update differs from one process's by %.2g of its norm; ranks identical", steps, rel)
+			}
+			for k, w := range want {
+				for r := range world {
+					s := stats[r][k]
+					if s.Tokens != w.Tokens || s.DistillTokens != w.DistillTokens || s.Sequences != w.Sequences ||
+						math.Abs(s.Loss-w.Loss) > 1e-6 || math.Abs(s.GradNorm-w.GradNorm) > 1e-5*w.GradNorm ||
+						math.Abs(s.GateMean-w.GateMean) > 1e-6 || math.Abs(s.ClipFrac-w.ClipFrac) > 1e-9 || math.Abs(s.Entropy-w.Entropy) > 1e-6 {
+						t.Errorf("step %d rank %d: stats %+v, one process %+v", k, r, s, w)
+					}
+				}
+			}
+		})
+	}
+}
+
+// After one backward pass the summed gradients are one process's on the
+// whole batch to float32 rounding, on every rank.
+func TestDataParallelGradientsEqualSingleProcess(t *testing.T) {
+	needDist(t)
+	cfg := DefaultRLConfig()
+	cfg.Lambda, cfg.MicroBatchTokens = 0.5, 8
+	single, _ := newTiny(t, ArchQwen2, 22)
+	batch := withTeacher(rlBatch(t, single, []float64{0.7, -1.2, 0.5}), 0.4)
+	if _, err := single.rlBackward(batch, cfg); err != nil {
+		t.Fatal(err)
+	}
+	grads := func(m *Model) [][]float64 {
+		out := make([][]float64, len(m.params))
+		for i, p := range m.params {
+			g := must(p.t.Grad(false))
+			out[i] = g.Float64Values()
+			drop(g)
+		}
+		return out
+	}
+	want := grads(single)
+	const world = 2
+	got := make([][][]float64, world)
+	errs := onRanks(t, world, func(g *ProcessGroup) error {
+		m, _ := newTiny(t, ArchQwen2, 22)
+		var shard []RLSequence
+		for i := g.Rank(); i < len(batch); i += world {
+			shard = append(shard, batch[i])
+		}
+		if _, err := m.rlStep(nil, g, shard, cfg); err != nil {
+			return err
+		}
+		got[g.Rank()] = grads(m)
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for r := range world {
+		for i := range want {
+			for j := range want[i] {
+				if d := math.Abs(got[r][i][j] - want[i][j]); d > 1e-6 {
+					t.Fatalf("rank %d, parameter %s[%d]: gradient %v, one process %v", r, single.params[i].name, j, got[r][i][j], want[i][j])
+				}
+			}
+		}
+	}
+}
+
+// A rank that never joins makes the others fail after the timeout, naming
+// the rendezvous, instead of hanging.
+func TestProcessGroupTimesOut(t *testing.T) {
+	needDist(t)
+	cfg := DefaultDistConfig()
+	cfg.Port, cfg.Rank, cfg.World, cfg.Timeout = freePort(t), 0, 2, 2*time.Second
+	start := time.Now()
+	g, err := NewProcessGroup(cfg)
+	if err == nil {
+		g.Close()
+		t.Fatal("joined a group of 2 alone")
+	}
+	if time.Since(start) > 30*time.Second || !strings.Contains(err.Error(), "rank 0 of 2") {
+		t.Errorf("after %v: %v", time.Since(start), err)
+	}
+}
