@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 
 	"github.com/sugarme/gotch"
@@ -34,6 +35,11 @@ type Optimizer struct {
 	// lr·update is ~1e-6 at the paper's learning rate) would be lost.
 	// nil for float32 models.
 	master []*ts.Tensor
+	// With ZeRO-1 sharding (NewShardedAdamW), owner[i] is the rank that
+	// keeps parameter i's moments and master weights and updates it; the
+	// others hold nil there and receive the updated weights from it.
+	group *ProcessGroup
+	owner []int
 }
 
 // NewAdamW builds an AdamW optimizer for m (β = 0.9, 0.999, ε = 1e-8).
@@ -64,6 +70,101 @@ func (m *Model) NewAdamW(lr, weightDecay float64) (*Optimizer, error) {
 	return o, err
 }
 
+// NewShardedAdamW is AdamW with ZeRO stage 1 over g: each parameter is
+// owned by one rank (parameters dealt largest first to the rank with the
+// fewest elements so far), which alone keeps its moments (and float32
+// master weights) and updates it; after each step every parameter is
+// broadcast from its owner. Each rank's optimizer memory is about 1/World
+// of AdamW's; the update is AdamW's, on the gradients summed across the
+// group. Gradients are all-reduced whole (Gloo in libtorch 1.13 has no
+// reduce-scatter), so every rank can still compute the global norm.
+func (m *Model) NewShardedAdamW(lr, weightDecay float64, g *ProcessGroup) (*Optimizer, error) {
+	if g == nil {
+		return nil, errors.New("building sharded AdamW: no process group")
+	}
+	o, err := m.NewAdamW(lr, weightDecay)
+	if err != nil {
+		return nil, err
+	}
+	o.group, o.owner = g, shardOwners(m.params, g.World())
+	for i, r := range o.owner {
+		if r == g.Rank() {
+			continue
+		}
+		drop(o.exp[i], o.expSq[i])
+		o.exp[i], o.expSq[i] = nil, nil
+		if o.master != nil {
+			drop(o.master[i])
+			o.master[i] = nil
+		}
+	}
+	return o, nil
+}
+
+// shardOwners deals parameters to ranks: largest first, each to the rank
+// holding the fewest elements so far (ties to the lowest rank).
+func shardOwners(params []param, world int) []int {
+	numel := func(p param) int64 {
+		n := int64(1)
+		for _, d := range p.shape {
+			n *= d
+		}
+		return n
+	}
+	order := make([]int, len(params))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return numel(params[order[a]]) > numel(params[order[b]]) })
+	load := make([]int64, world)
+	owner := make([]int, len(params))
+	for _, i := range order {
+		r := 0
+		for k := 1; k < world; k++ {
+			if load[k] < load[r] {
+				r = k
+			}
+		}
+		owner[i] = r
+		load[r] += numel(params[i])
+	}
+	return owner
+}
+
+// Sharded says whether the optimizer is ZeRO-1 sharded across ranks.
+func (o *Optimizer) Sharded() bool { return o.owner != nil }
+
+// ownedElements counts the parameter elements whose moments this rank
+// keeps (all of them without sharding).
+func (o *Optimizer) ownedElements() int64 {
+	var n int64
+	for i, p := range o.m.params {
+		if o.exp[i] == nil {
+			continue
+		}
+		k := int64(1)
+		for _, d := range p.shape {
+			k *= d
+		}
+		n += k
+	}
+	return n
+}
+
+// gatherWeights broadcasts each parameter from its owner, after a sharded
+// step.
+func (o *Optimizer) gatherWeights() (err error) {
+	defer guard(&err, "sharded AdamW: gathering the weights")
+	withoutGrad(func() {
+		for i, p := range o.m.params {
+			if err = o.group.Broadcast([]*ts.Tensor{p.t}, o.owner[i]); err != nil {
+				return
+			}
+		}
+	})
+	return err
+}
+
 // MasterWeights says whether the optimizer keeps float32 master weights
 // (the model computes in bfloat16).
 func (o *Optimizer) MasterWeights() bool { return o.master != nil }
@@ -81,6 +182,9 @@ func (o *Optimizer) adamStep() {
 	bc2 := 1 - math.Pow(o.beta2, float64(o.step))
 	withoutGrad(func() {
 		for i, p := range o.m.params {
+			if o.exp[i] == nil {
+				continue // another rank owns it (sharded)
+			}
 			g := must(p.t.Grad(false))
 			if !g.MustDefined() {
 				drop(g)
@@ -148,12 +252,25 @@ type optimizerMeta struct {
 	Eps   float64 `json:"eps"`
 }
 
+// stateFile is where SaveState writes: optimizer.safetensors, or with
+// sharding each rank's own optimizer.rank-R-of-N.safetensors.
+func (o *Optimizer) stateFile() string {
+	if o.owner == nil {
+		return OptimizerStateFile
+	}
+	return fmt.Sprintf("optimizer.rank-%d-of-%d.safetensors", o.group.Rank(), o.group.World())
+}
+
 // SaveState writes the moments and step count to dir/optimizer.safetensors
-// (atomically), next to a checkpoint saved by Model.Save.
+// (atomically), next to a checkpoint saved by Model.Save; a sharded
+// optimizer writes its rank's parameters to its own file.
 func (o *Optimizer) SaveState(dir string) (err error) {
 	defer guard(&err, "saving optimizer state")
 	var tensors []stTensor
 	for i, p := range o.m.params {
+		if o.exp[i] == nil {
+			continue
+		}
 		for _, mom := range []struct {
 			suffix string
 			t      *ts.Tensor
@@ -166,17 +283,17 @@ func (o *Optimizer) SaveState(dir string) (err error) {
 	}
 	mb, _ := json.Marshal(optimizerMeta{o.step, o.lr, o.wd, o.beta1, o.beta2, o.eps})
 	meta := map[string]string{"optimizer": "adamw", "state": string(mb), "step": strconv.FormatInt(o.step, 10)}
-	tmp := filepath.Join(dir, "."+OptimizerStateFile+".tmp")
+	tmp := filepath.Join(dir, "."+o.stateFile()+".tmp")
 	if err := writeShard(tmp, tensors, meta); err != nil {
 		return fmt.Errorf("writing %s: %w", tmp, err)
 	}
-	return os.Rename(tmp, filepath.Join(dir, OptimizerStateFile))
+	return os.Rename(tmp, filepath.Join(dir, o.stateFile()))
 }
 
 // LoadState restores what SaveState wrote in dir. A missing file is an
 // error wrapping os.ErrNotExist.
 func (o *Optimizer) LoadState(dir string) (err error) {
-	path := filepath.Join(dir, OptimizerStateFile)
+	path := filepath.Join(dir, o.stateFile())
 	f, err := openSafetensors(path)
 	if err != nil {
 		return fmt.Errorf("loading optimizer state: %w", err)
@@ -188,6 +305,9 @@ func (o *Optimizer) LoadState(dir string) (err error) {
 	}
 	defer guard(&err, "loading optimizer state")
 	for i, p := range o.m.params {
+		if o.exp[i] == nil {
+			continue
+		}
 		for _, mom := range []struct {
 			suffix string
 			t      *ts.Tensor

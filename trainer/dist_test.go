@@ -285,6 +285,114 @@ func TestDataParallelGradientsEqualSingleProcess(t *testing.T) {
 	}
 }
 
+// ZeRO-1: with the optimizer sharded, every rank keeps the moments of
+// about 1/World of the elements, and the weights after 3 steps are the
+// unsharded data-parallel run's bit for bit, on every rank; each rank's
+// state file restores its shard.
+func TestShardedAdamWEqualsUnsharded(t *testing.T) {
+	needDist(t)
+	cfg := DefaultRLConfig()
+	cfg.Lambda, cfg.MicroBatchTokens = 0.5, 8
+	ref, _ := newTiny(t, ArchQwen2, 23)
+	batch := withTeacher(rlBatch(t, ref, []float64{0.7, -1.2, 0.5}), 0.4)
+	total := int64(0)
+	for _, p := range ref.params {
+		n := int64(1)
+		for _, d := range p.shape {
+			n *= d
+		}
+		total += n
+	}
+	for _, world := range []int{2, 4} {
+		t.Run(fmt.Sprintf("%d ranks", world), func(t *testing.T) {
+			run := func(sharded bool) ([][][]float64, []int64) {
+				vals := make([][][]float64, world)
+				owned := make([]int64, world)
+				errs := onRanks(t, world, func(g *ProcessGroup) error {
+					m, _ := newTiny(t, ArchQwen2, 23)
+					var shard []RLSequence
+					for i := g.Rank(); i < len(batch); i += world {
+						shard = append(shard, batch[i])
+					}
+					o, err := m.NewAdamW(1e-2, 0.01)
+					if sharded {
+						o, err = m.NewShardedAdamW(1e-2, 0.01, g)
+					}
+					if err != nil {
+						return err
+					}
+					for range 3 {
+						if _, err := m.RLStepDist(o, g, shard, cfg); err != nil {
+							return err
+						}
+					}
+					owned[g.Rank()] = o.ownedElements()
+					if sharded {
+						// Each rank's state file holds its shard, and loads back.
+						dir := t.TempDir()
+						if err := o.SaveState(dir); err != nil {
+							return err
+						}
+						o2, err := m.NewShardedAdamW(1e-2, 0.01, g)
+						if err != nil {
+							return err
+						}
+						if err := o2.LoadState(dir); err != nil {
+							return err
+						}
+						for i := range o.exp {
+							if (o.exp[i] == nil) != (o2.exp[i] == nil) {
+								return fmt.Errorf("rank %d: parameter %d owned by one optimizer, not the other", g.Rank(), i)
+							}
+							if o.exp[i] != nil && fmt.Sprint(o.expSq[i].Float64Values()) != fmt.Sprint(o2.expSq[i].Float64Values()) {
+								return fmt.Errorf("rank %d: parameter %d's second moment did not load back", g.Rank(), i)
+							}
+						}
+						if o2.Steps() != 3 {
+							return fmt.Errorf("rank %d: loaded step %d, want 3", g.Rank(), o2.Steps())
+						}
+					}
+					vals[g.Rank()] = paramValues(m)
+					return nil
+				})
+				for r, err := range errs {
+					if err != nil {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+				}
+				return vals, owned
+			}
+			plain, _ := run(false)
+			sharded, owned := run(true)
+			for r := range world {
+				for i := range plain[0] {
+					for j := range plain[0][i] {
+						if sharded[r][i][j] != plain[0][i][j] {
+							t.Fatalf("rank %d, parameter %d[%d]: sharded %v, unsharded %v", r, i, j, sharded[r][i][j], plain[0][i][j])
+						}
+					}
+				}
+			}
+			sum := int64(0)
+			for r, n := range owned {
+				sum += n
+				if float64(n) > 1.5*float64(total)/float64(world) {
+					t.Errorf("rank %d keeps moments of %d of %d elements, want about 1/%d", r, n, total, world)
+				}
+			}
+			if sum != total {
+				t.Errorf("the shards cover %d elements, the model has %d", sum, total)
+			}
+			t.Logf("moments per rank: %v of %d elements", owned, total)
+		})
+	}
+	o, _ := ref.NewAdamW(1e-2, 0)
+	o.owner = []int{0}
+	if _, err := ref.RLStep(o, batch, cfg); err == nil || !strings.Contains(err.Error(), "RLStepDist") {
+		t.Errorf("RLStep with a sharded optimizer: %v", err)
+	}
+}
+
 // A rank that never joins makes the others fail after the timeout, naming
 // the rendezvous, instead of hanging.
 func TestProcessGroupTimesOut(t *testing.T) {

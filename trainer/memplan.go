@@ -37,6 +37,11 @@ type MemoryInput struct {
 	Reference bool
 	// Entropy: the entropy bonus keeps its graph (rl.entropy_coef > 0).
 	Entropy bool
+	// OptimizerShards is the number of ranks a ZeRO-1 optimizer
+	// (NewShardedAdamW) spreads the moments and master weights over (0 or
+	// 1: not sharded). Whole parameters are dealt to ranks, so a rank
+	// holds at most 1/N of the elements plus the largest parameter.
+	OptimizerShards int
 }
 
 // MemoryPlan is the predicted peak, in bytes, by part.
@@ -131,9 +136,13 @@ func PlanMemory(in MemoryInput) (MemoryPlan, error) {
 	if w == 2 {
 		p.Optimizer += largest * 4
 	}
-	p.Weights, p.Grads, p.Adam = p.Params*w, p.Params*w, p.Params*8
+	owned := p.Params // elements whose moments (and master weights) this rank keeps
+	if in.OptimizerShards > 1 {
+		owned = min(p.Params, (p.Params+int64(in.OptimizerShards)-1)/int64(in.OptimizerShards)+largest)
+	}
+	p.Weights, p.Grads, p.Adam = p.Params*w, p.Params*w, owned*8
 	if w == 2 {
-		p.Master = p.Params * 4
+		p.Master = owned * 4
 	}
 	if in.Reference {
 		p.Reference = p.Params * w

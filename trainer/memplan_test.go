@@ -87,3 +87,25 @@ func TestKnownShape(t *testing.T) {
 		t.Error("an unknown model matched a shape")
 	}
 }
+
+// A ZeRO-1 optimizer over N ranks keeps about 1/N of the moments and master
+// weights on each (at most 1/N plus the largest parameter); the rest of the
+// plan is unchanged.
+func TestMemoryPlanShardedOptimizer(t *testing.T) {
+	c := tinyConfig(ArchQwen2)
+	c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = 256, 704, 8
+	whole, err := PlanMemory(MemoryInput{Model: c, DType: "bfloat16", Tokens: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	four, err := PlanMemory(MemoryInput{Model: c, DType: "bfloat16", Tokens: 64, OptimizerShards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if four.Adam >= whole.Adam/2 || four.Adam < whole.Adam/4 || four.Master*2 != four.Adam {
+		t.Errorf("moments %d and master %d with 4 shards, %d and %d whole: want about a quarter", four.Adam, four.Master, whole.Adam, whole.Master)
+	}
+	if four.Weights != whole.Weights || four.Grads != whole.Grads || four.Activations != whole.Activations {
+		t.Errorf("sharding the optimizer changed other parts: %+v vs %+v", four, whole)
+	}
+}

@@ -292,6 +292,9 @@ func (m *Model) RLStep(opt *Optimizer, batch []RLSequence, cfg RLConfig) (st RLS
 	if opt == nil {
 		return st, errors.New("rl step: no optimizer")
 	}
+	if opt.Sharded() {
+		return st, errors.New("rl step: a sharded optimizer steps with RLStepDist")
+	}
 	return m.rlStep(opt, nil, batch, cfg)
 }
 

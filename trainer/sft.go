@@ -71,6 +71,11 @@ func (o *Optimizer) Step(maxNorm float64) (norm float64, err error) {
 	}
 	o.adamStep()
 	o.m.ZeroGrad()
+	if o.owner != nil {
+		if err := o.gatherWeights(); err != nil {
+			return norm, err
+		}
+	}
 	return norm, nil
 }
 
