@@ -138,7 +138,7 @@ func BenchmarkBackwardRepeatability(b *testing.B) {
 						if pinned {
 							defer pinThread()()
 						}
-						loss, err := cfg.accumulate(m, data, batch)
+						loss, err := cfg.accumulate(m, data, batch, nil)
 						if err != nil {
 							b.Error(err)
 							return
@@ -200,7 +200,7 @@ func BenchmarkMicroBatch(b *testing.B) {
 		quiesceGC()
 		start := time.Now()
 		for _, st := range steps {
-			if _, err := cfg.accumulate(m, data, st); err != nil {
+			if _, err := cfg.accumulate(m, data, st, nil); err != nil {
 				b.Fatal(err)
 			}
 			m.ZeroGrad()

@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net"
@@ -407,5 +408,74 @@ func TestProcessGroupTimesOut(t *testing.T) {
 	}
 	if time.Since(start) > 30*time.Second || !strings.Contains(err.Error(), "rank 0 of 2") {
 		t.Errorf("after %v: %v", time.Since(start), err)
+	}
+}
+
+// Data-parallel SFT: 2 ranks, each computing its share of every step's
+// rows, end with one process's weights (to a small share of the update's
+// norm, as for RL) and the same reported losses; ranks are bit-identical.
+func TestDataParallelSFTEqualsSingleProcess(t *testing.T) {
+	needDist(t)
+	data := copyTask(40, 3)
+	cfg := DefaultSFTConfig()
+	cfg.Epochs, cfg.BatchTokens, cfg.MaxLen, cfg.LR = 1, 256, 64, 1e-3
+	newModel := func(seed uint64) *Model {
+		c := tinyConfig(ArchQwen2)
+		m, err := InitRandom(c, ModelOptions{}, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	single := newModel(5)
+	init := paramValues(single)
+	var losses []float64
+	if err := TrainSFT(context.Background(), single, data, cfg, func(p SFTProgress) { losses = append(losses, p.Loss) }); err != nil {
+		t.Fatal(err)
+	}
+	ref := paramValues(single)
+	const world = 2
+	vals := make([][][]float64, world)
+	rankLosses := make([][]float64, world)
+	errs := onRanks(t, world, func(g *ProcessGroup) error {
+		m := newModel(uint64(5 + 10*g.Rank())) // rank 1 starts elsewhere: rank 0's weights are broadcast
+		err := TrainSFTDist(context.Background(), m, data, cfg, g, func(p SFTProgress) {
+			rankLosses[g.Rank()] = append(rankLosses[g.Rank()], p.Loss)
+		})
+		vals[g.Rank()] = paramValues(m)
+		return err
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if len(losses) < 2 {
+		t.Fatalf("%d steps: the test needs several", len(losses))
+	}
+	var diff2, upd2 float64
+	for i := range ref {
+		for j := range ref[i] {
+			d, u := vals[0][i][j]-ref[i][j], ref[i][j]-init[i][j]
+			diff2, upd2 = diff2+d*d, upd2+u*u
+			if vals[1][i][j] != vals[0][i][j] {
+				t.Fatalf("rank 1's parameter %d differs from rank 0's at %d", i, j)
+			}
+		}
+	}
+	if rel := math.Sqrt(diff2 / upd2); rel > 1e-3 {
+		t.Errorf("after %d SFT steps the update differs from one process's by %.2g of its norm", len(losses), rel)
+	} else {
+		t.Logf("%d SFT steps: update differs from one process's by %.2g of its norm", len(losses), rel)
+	}
+	for r := range world {
+		if len(rankLosses[r]) != len(losses) {
+			t.Fatalf("rank %d reported %d steps, one process %d", r, len(rankLosses[r]), len(losses))
+		}
+		for k := range losses {
+			if math.Abs(rankLosses[r][k]-losses[k]) > 1e-5*math.Abs(losses[k]) {
+				t.Errorf("rank %d step %d: loss %v, one process %v", r, k, rankLosses[r][k], losses[k])
+			}
+		}
 	}
 }

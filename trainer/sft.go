@@ -192,6 +192,21 @@ func (c SFTConfig) batches(data []SFTExample, r *rand.Rand) [][]int {
 // TrainSFT fine-tunes m on data: next-token NLL on the marked tokens, AdamW,
 // clipping, warm-up and cosine decay. Deterministic for a seed.
 func TrainSFT(ctx context.Context, m *Model, data []SFTExample, cfg SFTConfig, progress func(SFTProgress)) error {
+	return trainSFT(ctx, m, data, cfg, nil, progress)
+}
+
+// TrainSFTDist is TrainSFT as one rank of a data-parallel group: every
+// rank holds the same data and seed, so all plan the same steps; each
+// computes the gradients of its share of each step's rows (row i goes to
+// rank i mod World), scaled by the whole step's token count, the
+// gradients are summed across the group and every rank takes the same
+// step. The weights start as rank 0's. The result equals TrainSFT's to
+// float rounding. A nil group is TrainSFT.
+func TrainSFTDist(ctx context.Context, m *Model, data []SFTExample, cfg SFTConfig, g *ProcessGroup, progress func(SFTProgress)) error {
+	return trainSFT(ctx, m, data, cfg, g, progress)
+}
+
+func trainSFT(ctx context.Context, m *Model, data []SFTExample, cfg SFTConfig, g *ProcessGroup, progress func(SFTProgress)) error {
 	defer pinThread()()
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -210,6 +225,11 @@ func TrainSFT(ctx context.Context, m *Model, data []SFTExample, cfg SFTConfig, p
 	opt, err := m.NewAdamW(cfg.LR, cfg.WeightDecay)
 	if err != nil {
 		return err
+	}
+	if g != nil {
+		if err := m.BroadcastParams(g, 0); err != nil {
+			return fmt.Errorf("sft: %w", err)
+		}
 	}
 	r := rand.New(rand.NewPCG(cfg.Seed, 17))
 	var plan [][]int
@@ -233,7 +253,10 @@ func TrainSFT(ctx context.Context, m *Model, data []SFTExample, cfg SFTConfig, p
 		quiesceGC()
 		lr := cfg.lrAt(step, len(plan))
 		opt.SetLR(lr)
-		loss, err := cfg.accumulate(m, data, batch)
+		loss, err := cfg.accumulate(m, data, batch, g)
+		if g != nil {
+			loss, err = reduceSFTStep(m, g, loss, err)
+		}
 		var norm float64
 		if err == nil {
 			norm, err = opt.Step(cfg.ClipNorm)
@@ -293,7 +316,9 @@ func weightedTrained(data []SFTExample, batch []int) float64 {
 // scaled by the whole step's (weighted) trained-token count, so the
 // accumulated gradient is that of the step's weighted mean NLL. It returns
 // that mean.
-func (c SFTConfig) accumulate(m *Model, data []SFTExample, batch []int) (float64, error) {
+// With a group, only this rank's share of the rows (row i to rank i mod
+// World) is computed; the scale is still the whole step's count.
+func (c SFTConfig) accumulate(m *Model, data []SFTExample, batch []int, g *ProcessGroup) (float64, error) {
 	total := weightedTrained(data, batch)
 	if total == 0 {
 		return 0, fmt.Errorf("sft: a batch of %d examples has no trained tokens", len(batch))
@@ -305,6 +330,13 @@ func (c SFTConfig) accumulate(m *Model, data []SFTExample, batch []int) (float64
 		for _, i := range batch {
 			rows = append(rows, []int{i})
 		}
+	}
+	if g != nil {
+		var mine [][]int
+		for i := g.Rank(); i < len(rows); i += g.World() {
+			mine = append(mine, rows[i])
+		}
+		rows = mine
 	}
 	// Micro-batches of rows of similar length (microBatches), each padded
 	// only to its own longest row; the step's gradient is the same sum.
@@ -339,6 +371,31 @@ func (c SFTConfig) accumulate(m *Model, data []SFTExample, batch []int) (float64
 		loss += l
 	}
 	return loss, nil
+}
+
+// reduceSFTStep joins one rank's part of an SFT step to the group's: the
+// losses are summed and a failure on any rank (a non-finite loss) fails
+// the step on every rank, so no rank waits in a collective the others
+// skipped; otherwise the gradients are summed.
+func reduceSFTStep(m *Model, g *ProcessGroup, loss float64, stepErr error) (float64, error) {
+	failed := 0.0
+	if stepErr != nil {
+		failed = 1
+	}
+	v, err := g.SumFloats([]float64{loss, failed})
+	if err != nil {
+		return loss, fmt.Errorf("sft: %w", err)
+	}
+	switch {
+	case stepErr != nil:
+		return loss, stepErr
+	case v[1] > 0:
+		return v[0], fmt.Errorf("sft: another rank's part of the step failed: %w", ErrNonFinite)
+	}
+	if err := m.allReduceGrads(g); err != nil {
+		return v[0], fmt.Errorf("sft: %w", err)
+	}
+	return v[0], nil
 }
 
 // rowLen is the input length of a row holding the given examples.

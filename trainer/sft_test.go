@@ -150,7 +150,7 @@ func TestSFTPackingAndAccumulationMatchPlainBatch(t *testing.T) {
 	grad := func(cfg SFTConfig) (float64, float64) {
 		m, _ := newTiny(t, ArchQwen2, 21)
 		opt, _ := m.NewAdamW(1e-3, 0)
-		loss, err := cfg.accumulate(m, data, batch)
+		loss, err := cfg.accumulate(m, data, batch, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +213,7 @@ func TestSFTWeightIsCopies(t *testing.T) {
 		}
 		cfg := DefaultSFTConfig()
 		cfg.BatchTokens, cfg.MaxLen = 4096, 32
-		loss, err := cfg.accumulate(m, data, batch)
+		loss, err := cfg.accumulate(m, data, batch, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,43 +21,51 @@ type gotchLearner struct {
 	maxTok  int
 	wd      float64
 	temp    float64 // sampling temperature every log-prob is taken at
+	// g is the data-parallel group when the learner is one of several
+	// ranks (run --nproc): steps take this rank's share of the rows.
+	g *trainer.ProcessGroup
 }
 
 func newLearner(device string) orchestrator.LearnerFactory {
 	return func(spec orchestrator.LearnerSpec) (orchestrator.Learner, error) {
-		mo := trainer.ModelOptions{Device: device, DType: spec.RL.DType}
-		m, err := trainer.LoadCheckpoint(spec.Policy, mo)
-		if err != nil {
-			return nil, fmt.Errorf("loading the policy: %w", err)
-		}
-		rec, err := m.RecomputeFor(spec.RL.Recompute)
-		if err != nil {
-			m.Close()
-			return nil, err
-		}
-		m.SetRecompute(rec)
-		l := &gotchLearner{m: m, tokFrom: spec.Policy, maxTok: max(spec.RL.MicroBatchTokens, 2), wd: spec.RL.WeightDecay, temp: spec.Temperature}
-		l.rl = trainer.RLConfig{ClipEps: spec.RL.ClipEps, Lambda: spec.RL.Lambda, Beta: spec.RL.Beta, KLCoef: spec.RL.KLCoef, MicroBatchTokens: spec.RL.MicroBatchTokens, ClipNorm: spec.RL.ClipNorm, Temperature: spec.Temperature,
-			ClipRatioC: spec.RL.ClipRatioC, EntropyCoef: spec.RL.EntropyCoef}
-		if l.opt, err = m.NewAdamW(spec.RL.LR, spec.RL.WeightDecay); err != nil {
-			m.Close()
-			return nil, err
-		}
-		if _, err := os.Stat(filepath.Join(spec.Policy, trainer.OptimizerStateFile)); err == nil {
-			if err := l.opt.LoadState(spec.Policy); err != nil {
-				m.Close()
-				return nil, err
-			}
-			// The learning rate comes with every Step (the run's schedule).
-		}
-		if spec.RL.KLCoef > 0 {
-			if l.ref, err = trainer.LoadCheckpoint(spec.Reference, mo); err != nil {
-				m.Close()
-				return nil, fmt.Errorf("loading the reference policy: %w", err)
-			}
-		}
-		return l, nil
+		return loadLearner(device, spec)
 	}
+}
+
+// loadLearner loads a spec's policy (and reference) with its optimizer.
+func loadLearner(device string, spec orchestrator.LearnerSpec) (*gotchLearner, error) {
+	mo := trainer.ModelOptions{Device: device, DType: spec.RL.DType}
+	m, err := trainer.LoadCheckpoint(spec.Policy, mo)
+	if err != nil {
+		return nil, fmt.Errorf("loading the policy: %w", err)
+	}
+	rec, err := m.RecomputeFor(spec.RL.Recompute)
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	m.SetRecompute(rec)
+	l := &gotchLearner{m: m, tokFrom: spec.Policy, maxTok: max(spec.RL.MicroBatchTokens, 2), wd: spec.RL.WeightDecay, temp: spec.Temperature}
+	l.rl = trainer.RLConfig{ClipEps: spec.RL.ClipEps, Lambda: spec.RL.Lambda, Beta: spec.RL.Beta, KLCoef: spec.RL.KLCoef, MicroBatchTokens: spec.RL.MicroBatchTokens, ClipNorm: spec.RL.ClipNorm, Temperature: spec.Temperature,
+		ClipRatioC: spec.RL.ClipRatioC, EntropyCoef: spec.RL.EntropyCoef}
+	if l.opt, err = m.NewAdamW(spec.RL.LR, spec.RL.WeightDecay); err != nil {
+		m.Close()
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(spec.Policy, trainer.OptimizerStateFile)); err == nil {
+		if err := l.opt.LoadState(spec.Policy); err != nil {
+			m.Close()
+			return nil, err
+		}
+		// The learning rate comes with every Step (the run's schedule).
+	}
+	if spec.RL.KLCoef > 0 {
+		if l.ref, err = trainer.LoadCheckpoint(spec.Reference, mo); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("loading the reference policy: %w", err)
+		}
+	}
+	return l, nil
 }
 
 func (l *gotchLearner) Rescore(ctx context.Context, seqs [][]int) ([][]float32, error) {
@@ -77,7 +85,17 @@ func (l *gotchLearner) Step(ctx context.Context, rows []orchestrator.Row, lr flo
 	for i, r := range rows {
 		batch[i] = trainer.RLSequence{ID: r.ID, IDs: r.IDs, Train: r.Train, Advantage: r.Advantage, Advantages: r.Advantages, OldLogP: r.OldLogP, RefLogP: r.RefLogP, TeacherLogP: r.TeacherLogP, Distill: r.Distill}
 	}
-	st, err := l.m.RLStep(l.opt, batch, l.rl)
+	var st trainer.RLStats
+	var err error
+	if l.g != nil {
+		var shard []trainer.RLSequence
+		for i := l.g.Rank(); i < len(batch); i += l.g.World() {
+			shard = append(shard, batch[i])
+		}
+		st, err = l.m.RLStepDist(l.opt, l.g, shard, l.rl)
+	} else {
+		st, err = l.m.RLStep(l.opt, batch, l.rl)
+	}
 	if errors.Is(err, trainer.ErrNonFinite) {
 		return nil, &orchestrator.RefusedError{Err: err}
 	}
@@ -102,7 +120,7 @@ func (l *gotchLearner) SFT(ctx context.Context, data []orchestrator.SFTExample, 
 	cfg := trainer.DefaultSFTConfig()
 	cfg.Epochs, cfg.LR, cfg.BatchTokens, cfg.MicroBatchTokens, cfg.MaxLen, cfg.Seed = o.Epochs, o.LR, o.BatchTokens, o.MicroBatchTokens, o.MaxLen, o.Seed
 	cfg.Pack = true
-	return trainer.TrainSFT(ctx, l.m, ex, cfg, func(p trainer.SFTProgress) {
+	return trainer.TrainSFTDist(ctx, l.m, ex, cfg, l.g, func(p trainer.SFTProgress) {
 		if progress != nil {
 			progress(p.Step, p.Steps, p.Loss)
 		}
@@ -128,6 +146,7 @@ func (l *gotchLearner) Save(ctx context.Context, dir string) error {
 }
 
 func (l *gotchLearner) Close() {
+	l.g.Close()
 	l.m.Close()
 	if l.ref != nil {
 		l.ref.Close()

@@ -77,6 +77,7 @@ func newApp() *cli.App {
 			configCommand(),
 			benchCommand(),
 			reportCommand(),
+			learnerRankCommand(),
 		},
 	}
 	addExamples(app)

@@ -16,6 +16,7 @@ import (
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/inference/server"
 	"github.com/seedctl/seedctl/orchestrator"
+	"github.com/seedctl/seedctl/trainer"
 )
 
 // backendConfig is the inference client's config for a run's backend
@@ -151,11 +152,25 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "update", Usage: "stage-2 update: public (the public SEED code's, the default) or legacy (seedctl's before it: trajectory returns, one step per iteration; to compare)"},
 			envOptFlag(),
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "trainer device: cpu or cuda"},
+			&cli.IntFlag{Name: "nproc", Value: 1, Usage: "learner ranks on this host (data parallelism over libtorch's c10d, Gloo, CPU): each trains on 1/N of every step's rows"},
 		},
 		Action: func(c *cli.Context) error {
 			log := logger(c)
+			nproc := c.Int("nproc")
+			switch {
+			case nproc < 1:
+				return cli.Exit(fmt.Sprintf("run: --nproc %d: want 1 or more learner ranks", nproc), 2)
+			case nproc > 1 && c.String("device") != "cpu":
+				return cli.Exit(fmt.Sprintf("run: --nproc %d with --device %s: the process group is Gloo (CPU) for now; NCCL for GPUs is not bound yet", nproc, c.String("device")), 2)
+			case nproc > 1 && !trainer.DistAvailable():
+				return cli.Exit(fmt.Sprintf("run: --nproc %d: this libtorch build has no Gloo process group (Debian's libtorch with libgloo-dev has: ./setup.sh)", nproc), 2)
+			}
+			learners := newLearner(c.String("device"))
+			if nproc > 1 {
+				learners = newDistLearner(c.String("device"), nproc)
+			}
 			warnForcedAVX2(log, c.String("device"))
-			deps := orchestrator.Deps{NewLearner: newLearner(c.String("device")), Log: log, Progress: c.App.ErrWriter}
+			deps := orchestrator.Deps{NewLearner: learners, Log: log, Progress: c.App.ErrWriter}
 			if dir := c.String("resume"); dir != "" {
 				if err := checkRunFolder("--resume", dir); err != nil {
 					return cli.Exit("run: "+err.Error(), 2)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -451,4 +452,95 @@ func TestRunStopsAtPlateau(t *testing.T) {
 	if st.Iteration != 1 || !strings.Contains(st.Stopped, "in 1 evaluations") || st.FinalEval == nil || st.FinalEval.Iteration != 1 || !st.Done {
 		t.Errorf("state after a plateau: iteration %d, stopped %q, final eval %+v, done %v", st.Iteration, st.Stopped, st.FinalEval, st.Done)
 	}
+}
+
+// run --nproc 2: rank 0 in this process, rank 1 a child process (this test
+// binary as seedctl learner-rank), data-parallel over c10d. Stage 1 and the
+// first iteration see the same data as one process, so their losses and
+// gradient norms agree to float rounding; the run finishes and saves.
+func TestRunDataParallelMatchesOneProcess(t *testing.T) {
+	if !trainer.DistAvailable() {
+		if info, err := trainer.Runtime(); err == nil && strings.HasPrefix(info.LibtorchVersion, "1.13") {
+			t.Fatal("Debian's libtorch but no Gloo process group (libgloo-dev missing when gotch was prepared?)")
+		}
+		t.Skip("this libtorch build has no Gloo process group")
+	}
+	t.Setenv("SEEDCTL_TEST_AS_MAIN", "1") // the rank's process is this binary run as seedctl
+	run := func(name string, learners orchestrator.LearnerFactory) []orchestrator.MetricsLine {
+		cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
+		cfg.Name, cfg.Iterations = name, 1
+		deps := orchestrator.Deps{NewLearner: learners, Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())}
+		res, err := orchestrator.Start(context.Background(), cfg, deps)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !res.State.Done {
+			t.Fatalf("%s: not done", name)
+		}
+		lines, err := orchestrator.ReadMetrics(filepath.Join(res.Dir, "metrics.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lines
+	}
+	one := run("one", newLearner("cpu"))
+	two := run("two", newDistLearner("cpu", 2))
+	pick := func(lines []orchestrator.MetricsLine, kind string) map[string]float64 {
+		for _, l := range lines {
+			if l.Kind == kind {
+				return l.Values
+			}
+		}
+		t.Fatalf("no %s line", kind)
+		return nil
+	}
+	for _, c := range []struct{ kind, key string }{
+		{"stage1", "sft_final_loss"}, {"iteration", "loss"}, {"iteration", "grad_norm"}, {"iteration", "tokens"}, {"iteration", "rows"},
+	} {
+		a, b := pick(one, c.kind)[c.key], pick(two, c.kind)[c.key]
+		if math.Abs(a-b) > 1e-4*math.Max(1, math.Abs(a)) {
+			t.Errorf("%s %s: one process %v, two ranks %v", c.kind, c.key, a, b)
+		}
+		t.Logf("%s %s: one process %v, two ranks %v", c.kind, c.key, a, b)
+	}
+}
+
+// A learner rank killed mid-run stops the run with an error naming the
+// rank, within the collectives' timeout: no hang. The state stays at the
+// last finished iteration (resume continues from there; kill -9 tests).
+func TestRunStopsWhenARankDies(t *testing.T) {
+	if !trainer.DistAvailable() {
+		t.Skip("this libtorch build has no Gloo process group")
+	}
+	t.Setenv("SEEDCTL_TEST_AS_MAIN", "1")
+	defer func(d time.Duration) { distTimeout = d }(distTimeout)
+	distTimeout = 15 * time.Second
+	var worker *os.Process
+	rankStarted = func(_ int, p *os.Process) { worker = p }
+	defer func() { rankStarted = nil }()
+	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
+	cfg.Name, cfg.Iterations = "killed", 2
+	deps := orchestrator.Deps{NewLearner: newDistLearner("cpu", 2), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop()),
+		AfterPhase: func(k int, phase string) {
+			if k == 2 && phase == "rescore" && worker != nil {
+				worker.Kill() // before iteration 2's update
+			}
+		}}
+	start := time.Now()
+	res, err := orchestrator.Start(context.Background(), cfg, deps)
+	if err == nil {
+		t.Fatalf("the run finished without its rank 1: %+v", res)
+	}
+	if !strings.Contains(err.Error(), "learner rank 1") && !strings.Contains(err.Error(), "rank 0") {
+		t.Errorf("error does not name the rank: %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Minute {
+		t.Errorf("the run took %v to stop", d)
+	}
+	var st orchestrator.State
+	b, _ := os.ReadFile(filepath.Join(cfg.RunsDir, cfg.Name, "state.json"))
+	if json.Unmarshal(b, &st) != nil || st.Iteration != 1 {
+		t.Errorf("state after the failure: iteration %d, want 1 (the last finished)", st.Iteration)
+	}
+	t.Logf("stopped after %v: %v", time.Since(start).Round(time.Second), err)
 }
