@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/seedctl/seedctl/orchestrator"
 	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/skills"
+	"github.com/seedctl/seedctl/trainer"
 )
 
 // TestMain lets tests run this binary as seedctl itself (a child process
@@ -121,10 +123,27 @@ func sameRecords(t *testing.T, a, b string, n int) {
 }
 
 // A run killed with SIGKILL in the middle of an iteration and resumed
-// writes exactly what an uninterrupted run of the same seed writes.
+// writes exactly what an uninterrupted run of the same seed writes; with
+// --nproc 2 too (its learner rank, a child of the killed run, exits when
+// its parent's pipe closes, and the resumed run starts new ranks).
 func TestResumeAfterKillMatchesUninterruptedRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs seedctl twice")
+	}
+	t.Run("one process", func(t *testing.T) { resumeAfterKill(t, 1) })
+	t.Run("two ranks", func(t *testing.T) {
+		if !trainer.DistAvailable() {
+			t.Skip("this libtorch build has no Gloo process group")
+		}
+		resumeAfterKill(t, 2)
+	})
+}
+
+func resumeAfterKill(t *testing.T, nproc int) {
+	deps := tinyDeps()
+	if nproc > 1 {
+		t.Setenv("SEEDCTL_TEST_AS_MAIN", "1") // the ranks are this binary run as seedctl
+		deps.NewLearner = newDistLearner("cpu", nproc)
 	}
 	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
 	// Training is not bit-deterministic run to run (docs/architecture.md, known issues:
@@ -132,7 +151,7 @@ func TestResumeAfterKillMatchesUninterruptedRun(t *testing.T) {
 	// learning rate). A small rate keeps those far below what could flip a
 	// sampled token, so the comparison below can demand identical records.
 	cfg.RL.LR, cfg.Stage1.LR = 1e-5, 1e-5
-	ref, err := orchestrator.Start(context.Background(), cfg, tinyDeps())
+	ref, err := orchestrator.Start(context.Background(), cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +161,7 @@ func TestResumeAfterKillMatchesUninterruptedRun(t *testing.T) {
 	b, _ := json.MarshalIndent(cfg, "", "  ")
 	os.WriteFile(cfgFile, b, 0o644)
 	dir := filepath.Join(cfg.RunsDir, cfg.Name)
-	cmd := exec.Command(os.Args[0], "--log-level", "warn", "run", "--config", cfgFile)
+	cmd := exec.Command(os.Args[0], "--log-level", "warn", "run", "--config", cfgFile, "--nproc", strconv.Itoa(nproc))
 	cmd.Env = append(os.Environ(), "SEEDCTL_TEST_AS_MAIN=1")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -176,7 +195,7 @@ func TestResumeAfterKillMatchesUninterruptedRun(t *testing.T) {
 	if st.Iteration != 1 || st.Done {
 		t.Fatalf("state after the kill: iteration %d done %v, want 1 false", st.Iteration, st.Done)
 	}
-	res, err := orchestrator.Resume(context.Background(), dir, tinyDeps())
+	res, err := orchestrator.Resume(context.Background(), dir, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
