@@ -252,8 +252,11 @@ type optimizerMeta struct {
 	Eps   float64 `json:"eps"`
 }
 
-// stateFile is where SaveState writes: optimizer.safetensors, or with
-// sharding each rank's own optimizer.rank-R-of-N.safetensors.
+// StateFile is the file SaveState writes in a checkpoint folder:
+// optimizer.safetensors, or with sharding each rank's own
+// optimizer.rank-R-of-N.safetensors.
+func (o *Optimizer) StateFile() string { return o.stateFile() }
+
 func (o *Optimizer) stateFile() string {
 	if o.owner == nil {
 		return OptimizerStateFile

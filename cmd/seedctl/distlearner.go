@@ -32,12 +32,14 @@ import (
 
 // rankRequest is one command to a worker rank.
 type rankRequest struct {
-	Op   string                    `json:"op"` // "load", "step", "sft", "close"
+	Op   string                    `json:"op"` // "load", "step", "sft", "save", "close"
 	Rows []orchestrator.Row        `json:"rows,omitempty"`
 	LR   float64                   `json:"lr,omitempty"`
 	Data []orchestrator.SFTExample `json:"data,omitempty"`
 	SFT  *orchestrator.SFTOptions  `json:"sft,omitempty"`
 	Spec *orchestrator.LearnerSpec `json:"spec,omitempty"` // "load", the first line: what to load
+	Zero bool                      `json:"zero,omitempty"` // "load": shard the optimizer (ZeRO-1)
+	Dir  string                    `json:"dir,omitempty"`  // "save": write this rank's optimizer shard there
 }
 
 // rankReply is a worker's answer.
@@ -92,10 +94,13 @@ func (p *rankProc) reply() (rankReply, error) {
 type distLearner struct {
 	*gotchLearner
 	workers []*rankProc
+	zero    bool
 }
 
-// newDistLearner starts nproc learner ranks on this host (CPU, Gloo).
-func newDistLearner(device string, nproc int) orchestrator.LearnerFactory {
+// newDistLearner starts nproc learner ranks on this host (CPU, Gloo);
+// zero shards the optimizer across them (ZeRO-1: each rank keeps 1/N of
+// the moments and saves its shard beside rank 0's checkpoint).
+func newDistLearner(device string, nproc int, zero bool) orchestrator.LearnerFactory {
 	return func(spec orchestrator.LearnerSpec) (orchestrator.Learner, error) {
 		port, err := freeLoopbackPort()
 		if err != nil {
@@ -105,7 +110,7 @@ func newDistLearner(device string, nproc int) orchestrator.LearnerFactory {
 		if err != nil {
 			return nil, err
 		}
-		d := &distLearner{}
+		d := &distLearner{zero: zero}
 		fail := func(err error) (orchestrator.Learner, error) {
 			d.stopWorkers()
 			return nil, err
@@ -133,19 +138,20 @@ func newDistLearner(device string, nproc int) orchestrator.LearnerFactory {
 			sc.Buffer(make([]byte, 1<<20), 1<<30)
 			p := &rankProc{rank: r, cmd: cmd, in: in, out: sc}
 			d.workers = append(d.workers, p)
-			if err := p.send(rankRequest{Op: "load", Spec: &spec}); err != nil {
+			if err := p.send(rankRequest{Op: "load", Spec: &spec, Zero: zero}); err != nil {
 				return fail(err)
 			}
 		}
-		l, err := loadLearner(device, spec)
-		if err != nil {
-			return fail(err)
-		}
 		cfg := trainer.DefaultDistConfig()
 		cfg.Port, cfg.Rank, cfg.World, cfg.Timeout = port, 0, nproc, distTimeout
-		if l.g, err = trainer.NewProcessGroup(cfg); err != nil {
-			l.Close()
+		g, err := trainer.NewProcessGroup(cfg)
+		if err != nil {
 			return fail(fmt.Errorf("--nproc %d: %w", nproc, err))
+		}
+		l, err := loadLearner(device, spec, g, zero)
+		if err != nil {
+			g.Close()
+			return fail(err)
 		}
 		d.gotchLearner = l
 		for _, p := range d.workers {
@@ -215,6 +221,17 @@ func unwrapAll(err error) []error {
 func (d *distLearner) SFT(ctx context.Context, data []orchestrator.SFTExample, o orchestrator.SFTOptions, progress func(step, steps int, loss float64)) error {
 	return d.together(rankRequest{Op: "sft", Data: data, SFT: &o}, func() error {
 		return d.gotchLearner.SFT(ctx, data, o, progress)
+	})
+}
+
+// Save writes rank 0's checkpoint; with a sharded optimizer every rank
+// writes its shard into the folder before it is renamed into place.
+func (d *distLearner) Save(ctx context.Context, dir string) error {
+	if !d.zero {
+		return d.gotchLearner.Save(ctx, dir)
+	}
+	return d.gotchLearner.save(dir, func(tmp string) error {
+		return d.together(rankRequest{Op: "save", Dir: tmp}, func() error { return nil })
 	})
 }
 
@@ -301,11 +318,13 @@ func serveLearnerRank(ctx context.Context, device string, stdin io.Reader, stdou
 				answer(fail(errors.New("load without a spec")))
 				continue
 			}
-			if l, err = loadLearner(device, *req.Spec); err != nil {
+			g, err := trainer.NewProcessGroup(cfg)
+			if err != nil {
 				answer(fail(err))
 				return err
 			}
-			if l.g, err = trainer.NewProcessGroup(cfg); err != nil {
+			if l, err = loadLearner(device, *req.Spec, g, req.Zero); err != nil {
+				g.Close()
 				answer(fail(err))
 				return err
 			}
@@ -328,6 +347,12 @@ func serveLearnerRank(ctx context.Context, device string, stdin io.Reader, stdou
 			}
 		case "sft":
 			if err := l.SFT(ctx, req.Data, *req.SFT, nil); err != nil {
+				answer(fail(err))
+			} else {
+				answer(rankReply{OK: true})
+			}
+		case "save":
+			if err := l.opt.SaveState(req.Dir); err != nil {
 				answer(fail(err))
 			} else {
 				answer(rankReply{OK: true})

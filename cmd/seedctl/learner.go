@@ -28,12 +28,14 @@ type gotchLearner struct {
 
 func newLearner(device string) orchestrator.LearnerFactory {
 	return func(spec orchestrator.LearnerSpec) (orchestrator.Learner, error) {
-		return loadLearner(device, spec)
+		return loadLearner(device, spec, nil, false)
 	}
 }
 
-// loadLearner loads a spec's policy (and reference) with its optimizer.
-func loadLearner(device string, spec orchestrator.LearnerSpec) (*gotchLearner, error) {
+// loadLearner loads a spec's policy (and reference) with its optimizer;
+// with a group the learner is one of its ranks, and zero shards the
+// optimizer across them (ZeRO-1).
+func loadLearner(device string, spec orchestrator.LearnerSpec, g *trainer.ProcessGroup, zero bool) (*gotchLearner, error) {
 	mo := trainer.ModelOptions{Device: device, DType: spec.RL.DType}
 	m, err := trainer.LoadCheckpoint(spec.Policy, mo)
 	if err != nil {
@@ -48,11 +50,17 @@ func loadLearner(device string, spec orchestrator.LearnerSpec) (*gotchLearner, e
 	l := &gotchLearner{m: m, tokFrom: spec.Policy, maxTok: max(spec.RL.MicroBatchTokens, 2), wd: spec.RL.WeightDecay, temp: spec.Temperature}
 	l.rl = trainer.RLConfig{ClipEps: spec.RL.ClipEps, Lambda: spec.RL.Lambda, Beta: spec.RL.Beta, KLCoef: spec.RL.KLCoef, MicroBatchTokens: spec.RL.MicroBatchTokens, ClipNorm: spec.RL.ClipNorm, Temperature: spec.Temperature,
 		ClipRatioC: spec.RL.ClipRatioC, EntropyCoef: spec.RL.EntropyCoef}
-	if l.opt, err = m.NewAdamW(spec.RL.LR, spec.RL.WeightDecay); err != nil {
+	l.g = g
+	if zero && g != nil {
+		l.opt, err = m.NewShardedAdamW(spec.RL.LR, spec.RL.WeightDecay, g)
+	} else {
+		l.opt, err = m.NewAdamW(spec.RL.LR, spec.RL.WeightDecay)
+	}
+	if err != nil {
 		m.Close()
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(spec.Policy, trainer.OptimizerStateFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(spec.Policy, l.opt.StateFile())); err == nil {
 		if err := l.opt.LoadState(spec.Policy); err != nil {
 			m.Close()
 			return nil, err
@@ -128,12 +136,23 @@ func (l *gotchLearner) SFT(ctx context.Context, data []orchestrator.SFTExample, 
 }
 
 func (l *gotchLearner) Save(ctx context.Context, dir string) error {
+	return l.save(dir, nil)
+}
+
+// save writes the checkpoint; also, when set, runs in its folder before it
+// is renamed into place (the other ranks' optimizer shards).
+func (l *gotchLearner) save(dir string, also func(tmp string) error) error {
 	err := l.m.Save(dir, trainer.SaveOptions{TokenizerFrom: l.tokFrom, WriteExtra: func(tmp string) error {
 		for _, f := range []string{"recipe.json"} {
 			if b, err := os.ReadFile(filepath.Join(l.tokFrom, f)); err == nil {
 				if err := os.WriteFile(filepath.Join(tmp, f), b, 0o644); err != nil {
 					return err
 				}
+			}
+		}
+		if also != nil {
+			if err := also(tmp); err != nil {
+				return err
 			}
 		}
 		return l.opt.SaveState(tmp)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -130,20 +131,24 @@ func TestResumeAfterKillMatchesUninterruptedRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs seedctl twice")
 	}
-	t.Run("one process", func(t *testing.T) { resumeAfterKill(t, 1) })
-	t.Run("two ranks", func(t *testing.T) {
-		if !trainer.DistAvailable() {
-			t.Skip("this libtorch build has no Gloo process group")
-		}
-		resumeAfterKill(t, 2)
-	})
+	t.Run("one process", func(t *testing.T) { resumeAfterKill(t, 1, false) })
+	for _, zero := range []bool{false, true} {
+		t.Run(fmt.Sprintf("two ranks, ZeRO-1 %v", zero), func(t *testing.T) {
+			if !trainer.DistAvailable() {
+				t.Skip("this libtorch build has no Gloo process group")
+			}
+			resumeAfterKill(t, 2, zero)
+		})
+	}
 }
 
-func resumeAfterKill(t *testing.T, nproc int) {
+// resumeAfterKill: with zero, each rank's optimizer shard is saved in the
+// checkpoint (optimizer.rank-R-of-2.safetensors) and loaded on resume.
+func resumeAfterKill(t *testing.T, nproc int, zero bool) {
 	deps := tinyDeps()
 	if nproc > 1 {
 		t.Setenv("SEEDCTL_TEST_AS_MAIN", "1") // the ranks are this binary run as seedctl
-		deps.NewLearner = newDistLearner("cpu", nproc)
+		deps.NewLearner = newDistLearner("cpu", nproc, zero)
 	}
 	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
 	// Training is not bit-deterministic run to run (docs/architecture.md, known issues:
@@ -161,7 +166,11 @@ func resumeAfterKill(t *testing.T, nproc int) {
 	b, _ := json.MarshalIndent(cfg, "", "  ")
 	os.WriteFile(cfgFile, b, 0o644)
 	dir := filepath.Join(cfg.RunsDir, cfg.Name)
-	cmd := exec.Command(os.Args[0], "--log-level", "warn", "run", "--config", cfgFile, "--nproc", strconv.Itoa(nproc))
+	args := []string{"--log-level", "warn", "run", "--config", cfgFile, "--nproc", strconv.Itoa(nproc)}
+	if zero {
+		args = append(args, "--zero")
+	}
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "SEEDCTL_TEST_AS_MAIN=1")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -194,6 +203,14 @@ func resumeAfterKill(t *testing.T, nproc int) {
 	json.Unmarshal(sb, &st)
 	if st.Iteration != 1 || st.Done {
 		t.Fatalf("state after the kill: iteration %d done %v, want 1 false", st.Iteration, st.Done)
+	}
+	if zero {
+		for r := range nproc {
+			f := filepath.Join(dir, "checkpoints", "iter-1", fmt.Sprintf("optimizer.rank-%d-of-%d.safetensors", r, nproc))
+			if _, err := os.Stat(f); err != nil {
+				t.Errorf("rank %d's optimizer shard: %v", r, err)
+			}
+		}
 	}
 	res, err := orchestrator.Resume(context.Background(), dir, deps)
 	if err != nil {

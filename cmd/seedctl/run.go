@@ -153,6 +153,7 @@ func runCommand() *cli.Command {
 			envOptFlag(),
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "trainer device: cpu or cuda"},
 			&cli.IntFlag{Name: "nproc", Value: 1, Usage: "learner ranks on this host (data parallelism over libtorch's c10d, Gloo, CPU): each trains on 1/N of every step's rows"},
+			&cli.BoolFlag{Name: "zero", Usage: "with --nproc N: shard AdamW's moments across the ranks (ZeRO-1; each rank keeps about 1/N)"},
 		},
 		Action: func(c *cli.Context) error {
 			log := logger(c)
@@ -162,12 +163,14 @@ func runCommand() *cli.Command {
 				return cli.Exit(fmt.Sprintf("run: --nproc %d: want 1 or more learner ranks", nproc), 2)
 			case nproc > 1 && c.String("device") != "cpu":
 				return cli.Exit(fmt.Sprintf("run: --nproc %d with --device %s: the process group is Gloo (CPU) for now; NCCL for GPUs is not bound yet", nproc, c.String("device")), 2)
+			case c.Bool("zero") && nproc < 2:
+				return cli.Exit("run: --zero shards the optimizer across learner ranks: give --nproc 2 or more", 2)
 			case nproc > 1 && !trainer.DistAvailable():
 				return cli.Exit(fmt.Sprintf("run: --nproc %d: this libtorch build has no Gloo process group (Debian's libtorch with libgloo-dev has: ./setup.sh)", nproc), 2)
 			}
 			learners := newLearner(c.String("device"))
 			if nproc > 1 {
-				learners = newDistLearner(c.String("device"), nproc)
+				learners = newDistLearner(c.String("device"), nproc, c.Bool("zero"))
 			}
 			warnForcedAVX2(log, c.String("device"))
 			deps := orchestrator.Deps{NewLearner: learners, Log: log, Progress: c.App.ErrWriter}

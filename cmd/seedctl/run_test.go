@@ -484,7 +484,7 @@ func TestRunDataParallelMatchesOneProcess(t *testing.T) {
 		return lines
 	}
 	one := run("one", newLearner("cpu"))
-	two := run("two", newDistLearner("cpu", 2))
+	two := run("two", newDistLearner("cpu", 2, false))
 	pick := func(lines []orchestrator.MetricsLine, kind string) map[string]float64 {
 		for _, l := range lines {
 			if l.Kind == kind {
@@ -520,7 +520,7 @@ func TestRunStopsWhenARankDies(t *testing.T) {
 	defer func() { rankStarted = nil }()
 	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
 	cfg.Name, cfg.Iterations = "killed", 2
-	deps := orchestrator.Deps{NewLearner: newDistLearner("cpu", 2), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop()),
+	deps := orchestrator.Deps{NewLearner: newDistLearner("cpu", 2, false), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop()),
 		AfterPhase: func(k int, phase string) {
 			if k == 2 && phase == "rescore" && worker != nil {
 				worker.Kill() // before iteration 2's update
