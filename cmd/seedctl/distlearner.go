@@ -27,12 +27,13 @@ import (
 // line) and answer on their stdout. Each RL step sends every rank the
 // rows; each trains on its share (row i to rank i mod N), the gradients
 // are summed across the group and all ranks step alike. Stage-1 SFT runs
-// the same way. Rescoring and saving are rank 0's: every rank holds the
-// same weights and (unsharded) optimizer state.
+// the same way. Rescoring is spread over the ranks (every rank holds the
+// same weights); checkpoints are rank 0's, with each rank's optimizer
+// shard beside them under --zero.
 
 // rankRequest is one command to a worker rank.
 type rankRequest struct {
-	Op   string                    `json:"op"` // "load", "step", "sft", "save", "close"
+	Op   string                    `json:"op"` // "load", "step", "sft", "save", "rescore", "rescore_ref", "close"
 	Rows []orchestrator.Row        `json:"rows,omitempty"`
 	LR   float64                   `json:"lr,omitempty"`
 	Data []orchestrator.SFTExample `json:"data,omitempty"`
@@ -40,13 +41,15 @@ type rankRequest struct {
 	Spec *orchestrator.LearnerSpec `json:"spec,omitempty"` // "load", the first line: what to load
 	Zero bool                      `json:"zero,omitempty"` // "load": shard the optimizer (ZeRO-1)
 	Dir  string                    `json:"dir,omitempty"`  // "save": write this rank's optimizer shard there
+	Seqs [][]int                   `json:"seqs,omitempty"` // "rescore", "rescore_ref": this rank's share
 }
 
 // rankReply is a worker's answer.
 type rankReply struct {
-	OK      bool   `json:"ok"`
-	Refused bool   `json:"refused,omitempty"`
-	Error   string `json:"error,omitempty"`
+	OK      bool        `json:"ok"`
+	Refused bool        `json:"refused,omitempty"`
+	Error   string      `json:"error,omitempty"`
+	LogP    [][]float32 `json:"logp,omitempty"` // "rescore", "rescore_ref"
 }
 
 // distTimeout bounds the rendezvous and every collective: a rank that
@@ -224,6 +227,58 @@ func (d *distLearner) SFT(ctx context.Context, data []orchestrator.SFTExample, o
 	})
 }
 
+// Rescore spreads the sequences over the ranks (sequence i to rank i mod
+// N; all hold the same weights) and gathers their log-probs in order.
+func (d *distLearner) Rescore(ctx context.Context, seqs [][]int) ([][]float32, error) {
+	return d.rescore(ctx, "rescore", seqs, d.gotchLearner.Rescore)
+}
+
+// RescoreRef is Rescore under the reference policy.
+func (d *distLearner) RescoreRef(ctx context.Context, seqs [][]int) ([][]float32, error) {
+	return d.rescore(ctx, "rescore_ref", seqs, d.gotchLearner.RescoreRef)
+}
+
+func (d *distLearner) rescore(ctx context.Context, op string, seqs [][]int, own func(context.Context, [][]int) ([][]float32, error)) ([][]float32, error) {
+	n := len(d.workers) + 1
+	if len(seqs) < n {
+		return own(ctx, seqs) // fewer sequences than ranks: not worth spreading
+	}
+	share := func(r int) (out [][]int) {
+		for i := r; i < len(seqs); i += n {
+			out = append(out, seqs[i])
+		}
+		return out
+	}
+	for _, p := range d.workers {
+		if err := p.send(rankRequest{Op: op, Seqs: share(p.rank)}); err != nil {
+			return nil, err
+		}
+	}
+	mine, ownErr := own(ctx, share(0))
+	parts := [][][]float32{mine}
+	errs := []error{ownErr}
+	for _, p := range d.workers {
+		r, err := p.reply()
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case !r.OK:
+			errs = append(errs, fmt.Errorf("learner rank %d: %s", p.rank, r.Error))
+		case len(r.LogP) != len(share(p.rank)):
+			errs = append(errs, fmt.Errorf("learner rank %d: %d log-prob rows for %d sequences", p.rank, len(r.LogP), len(share(p.rank))))
+		}
+		parts = append(parts, r.LogP)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	out := make([][]float32, len(seqs))
+	for i := range seqs {
+		out[i] = parts[i%n][i/n]
+	}
+	return out, nil
+}
+
 // Save writes rank 0's checkpoint; with a sharded optimizer every rank
 // writes its shard into the folder before it is renamed into place.
 func (d *distLearner) Save(ctx context.Context, dir string) error {
@@ -350,6 +405,16 @@ func serveLearnerRank(ctx context.Context, device string, stdin io.Reader, stdou
 				answer(fail(err))
 			} else {
 				answer(rankReply{OK: true})
+			}
+		case "rescore", "rescore_ref":
+			f := l.Rescore
+			if req.Op == "rescore_ref" {
+				f = l.RescoreRef
+			}
+			if lp, err := f(ctx, req.Seqs); err != nil {
+				answer(fail(err))
+			} else {
+				answer(rankReply{OK: true, LogP: lp})
 			}
 		case "save":
 			if err := l.opt.SaveState(req.Dir); err != nil {

@@ -544,3 +544,53 @@ func TestRunStopsWhenARankDies(t *testing.T) {
 	}
 	t.Logf("stopped after %v: %v", time.Since(start).Round(time.Second), err)
 }
+
+// Rescoring under --nproc 3 is spread over the ranks and gathered in order:
+// the same log-probs as one learner's, for the policy and the reference.
+func TestDistLearnerRescoresLikeOneLearner(t *testing.T) {
+	if !trainer.DistAvailable() {
+		t.Skip("this libtorch build has no Gloo process group")
+	}
+	t.Setenv("SEEDCTL_TEST_AS_MAIN", "1")
+	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
+	cfg.RL.KLCoef = 0.01
+	spec := orchestrator.LearnerSpec{Policy: cfg.Model, Reference: cfg.Model, RL: cfg.RL, Temperature: 1}
+	one, err := newLearner("cpu")(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	three, err := newDistLearner("cpu", 3, false)(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer three.Close()
+	seqs := [][]int{{5, 17, 3, 88}, {7, 7, 12}, {11, 13, 15, 17, 19}, {2, 4}, {9, 8, 7, 6, 5, 4, 3}, {1, 2, 3}, {30, 31}}
+	for _, ref := range []bool{false, true} {
+		score := func(l orchestrator.Learner) [][]float32 {
+			f := l.Rescore
+			if ref {
+				f = l.RescoreRef
+			}
+			lp, err := f(context.Background(), seqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return lp
+		}
+		a, b := score(one), score(three)
+		if len(a) != len(seqs) || len(b) != len(seqs) {
+			t.Fatalf("reference %v: %d and %d rows for %d sequences", ref, len(a), len(b), len(seqs))
+		}
+		for i := range seqs {
+			if len(a[i]) != len(seqs[i]) || len(b[i]) != len(seqs[i]) {
+				t.Fatalf("reference %v, sequence %d: %d and %d log-probs for %d tokens", ref, i, len(a[i]), len(b[i]), len(seqs[i]))
+			}
+			for k := range a[i] {
+				if math.Abs(float64(a[i][k]-b[i][k])) > 1e-5 {
+					t.Errorf("reference %v, sequence %d token %d: one learner %v, three ranks %v", ref, i, k, a[i][k], b[i][k])
+				}
+			}
+		}
+	}
+}
