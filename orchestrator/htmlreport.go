@@ -86,15 +86,7 @@ type iterRow struct {
 // metrics.jsonl, state.json, config.json and skill stores.
 func WriteHTMLReport(dir string) error {
 	d := runDir(dir)
-	lines, err := ReadMetrics(d.metrics())
-	if err != nil {
-		return err
-	}
-	st, err := readState(d)
-	if err != nil {
-		return err
-	}
-	cfg, err := Load(d.config())
+	lines, st, cfg, err := readRun(d)
 	if err != nil {
 		return err
 	}

@@ -14,15 +14,7 @@ import (
 // state.json.
 func WriteReport(dir string) error {
 	d := runDir(dir)
-	lines, err := ReadMetrics(d.metrics())
-	if err != nil {
-		return err
-	}
-	st, err := readState(d)
-	if err != nil {
-		return err
-	}
-	cfg, err := Load(d.config())
+	lines, st, cfg, err := readRun(d)
 	if err != nil {
 		return err
 	}
@@ -113,4 +105,22 @@ func WriteReport(dir string) error {
 		return err
 	}
 	return WriteHTMLReport(dir)
+}
+
+// readRun reads what the reports are made from: the metrics, the state
+// and the config of the run in d.
+func readRun(d runDir) ([]MetricsLine, *State, Config, error) {
+	lines, err := ReadMetrics(d.metrics())
+	if err != nil {
+		return nil, nil, Config{}, err
+	}
+	st, err := readState(d)
+	if err != nil {
+		return nil, nil, Config{}, err
+	}
+	cfg, err := Load(d.config())
+	if err != nil {
+		return nil, nil, Config{}, err
+	}
+	return lines, st, cfg, nil
 }

@@ -179,17 +179,18 @@ func newDistLearner(device string, nproc int, zero bool) orchestrator.LearnerFac
 	}
 }
 
-// together sends req to every worker, runs rank 0's part and collects the
-// workers' answers; the first failure is returned.
-func (d *distLearner) together(req rankRequest, own func() error) error {
+// exchange sends each worker its request, runs rank 0's part and collects
+// the workers' answers (a refused step is not a failure); the failures
+// are joined.
+func (d *distLearner) exchange(reqFor func(p *rankProc) rankRequest, own func() error) ([]rankReply, error) {
 	for _, p := range d.workers {
-		if err := p.send(req); err != nil {
-			return err
+		if err := p.send(reqFor(p)); err != nil {
+			return nil, err
 		}
 	}
-	ownErr := own()
-	errs := []error{ownErr}
-	for _, p := range d.workers {
+	errs := []error{own()}
+	replies := make([]rankReply, len(d.workers))
+	for i, p := range d.workers {
 		r, err := p.reply()
 		switch {
 		case err != nil:
@@ -197,8 +198,15 @@ func (d *distLearner) together(req rankRequest, own func() error) error {
 		case !r.OK && !r.Refused:
 			errs = append(errs, fmt.Errorf("learner rank %d: %s", p.rank, r.Error))
 		}
+		replies[i] = r
 	}
-	return errors.Join(errs...)
+	return replies, errors.Join(errs...)
+}
+
+// together sends the same request to every worker (see exchange).
+func (d *distLearner) together(req rankRequest, own func() error) error {
+	_, err := d.exchange(func(*rankProc) rankRequest { return req }, own)
+	return err
 }
 
 func (d *distLearner) Step(ctx context.Context, rows []orchestrator.Row, lr float64) (orchestrator.StepStats, error) {
@@ -249,28 +257,18 @@ func (d *distLearner) rescore(ctx context.Context, op string, seqs [][]int, own 
 		}
 		return out
 	}
-	for _, p := range d.workers {
-		if err := p.send(rankRequest{Op: op, Seqs: share(p.rank)}); err != nil {
-			return nil, err
-		}
+	var mine [][]float32
+	replies, err := d.exchange(func(p *rankProc) rankRequest { return rankRequest{Op: op, Seqs: share(p.rank)} },
+		func() (err error) { mine, err = own(ctx, share(0)); return err })
+	if err != nil {
+		return nil, err
 	}
-	mine, ownErr := own(ctx, share(0))
 	parts := [][][]float32{mine}
-	errs := []error{ownErr}
-	for _, p := range d.workers {
-		r, err := p.reply()
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case !r.OK:
-			errs = append(errs, fmt.Errorf("learner rank %d: %s", p.rank, r.Error))
-		case len(r.LogP) != len(share(p.rank)):
-			errs = append(errs, fmt.Errorf("learner rank %d: %d log-prob rows for %d sequences", p.rank, len(r.LogP), len(share(p.rank))))
+	for i, r := range replies {
+		if want := len(share(d.workers[i].rank)); len(r.LogP) != want {
+			return nil, fmt.Errorf("learner rank %d: %d log-prob rows for %d sequences", d.workers[i].rank, len(r.LogP), want)
 		}
 		parts = append(parts, r.LogP)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
 	}
 	out := make([][]float32, len(seqs))
 	for i := range seqs {
