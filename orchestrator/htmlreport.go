@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -106,7 +107,7 @@ func WriteHTMLReport(dir string) error {
 		}
 	}
 	if st.BaseEval != nil && st.FinalEval != nil {
-		for _, f := range sortedKeys(st.FinalEval.UnseenByFamily) {
+		for _, f := range slices.Sorted(maps.Keys(st.FinalEval.UnseenByFamily)) {
 			page.Families = append(page.Families, familyRow{f, pct(st.BaseEval.UnseenByFamily[f]), pct(st.FinalEval.UnseenByFamily[f])})
 		}
 	}
@@ -139,7 +140,7 @@ func WriteHTMLReport(dir string) error {
 		s.Name = "train rollouts"
 		success.Series = append(success.Series, s)
 	}
-	for _, split := range sortedKeys(evalX) {
+	for _, split := range slices.Sorted(maps.Keys(evalX)) {
 		success.Series = append(success.Series, plot.Series{Name: "eval " + split, X: evalX[split], Y: evalY[split]})
 	}
 	charts := []plot.Chart{success}
@@ -197,7 +198,7 @@ func WriteHTMLReport(dir string) error {
 				keys[k] = true
 			}
 		}
-		page.IterKeys = sortedKeys(keys)
+		page.IterKeys = slices.Sorted(maps.Keys(keys))
 		for _, l := range iters {
 			row := iterRow{Iteration: l.Iteration}
 			for _, k := range page.IterKeys {
@@ -288,15 +289,6 @@ func (p *reportPage) addSkills(d runDir, last int) error {
 		p.SkillCounts = fmt.Sprintf("%d analyses in %s, %d parsed into skills", len(recs), p.SkillsFrom, parsed)
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 var reportTemplate = template.Must(template.New("report").Parse(`<!DOCTYPE html>

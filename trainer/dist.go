@@ -126,6 +126,17 @@ func (g *ProcessGroup) Close() {
 	}
 }
 
+// RankShare is rank's share of xs in a group of world ranks: items rank,
+// rank+world, rank+2·world, … (how steps, SFT rows and rescoring are
+// split across ranks).
+func RankShare[T any](xs []T, rank, world int) []T {
+	var out []T
+	for i := rank; i < len(xs); i += world {
+		out = append(out, xs[i])
+	}
+	return out
+}
+
 func ptrs(xs []*ts.Tensor) []unsafe.Pointer {
 	out := make([]unsafe.Pointer, len(xs))
 	for i, x := range xs {

@@ -180,10 +180,7 @@ func TestDataParallelRLStepEqualsSingleProcess(t *testing.T) {
 				if err := m.BroadcastParams(g, 0); err != nil {
 					return err
 				}
-				var shard []RLSequence
-				for i := g.Rank(); i < len(batch); i += world {
-					shard = append(shard, batch[i])
-				}
+				shard := RankShare(batch, g.Rank(), world)
 				o, _ := m.NewAdamW(1e-2, 0.01)
 				for range steps {
 					st, err := m.RLStepDist(o, g, shard, cfg)
@@ -260,10 +257,7 @@ func TestDataParallelGradientsEqualSingleProcess(t *testing.T) {
 	got := make([][][]float64, world)
 	errs := onRanks(t, world, func(g *ProcessGroup) error {
 		m, _ := newTiny(t, ArchQwen2, 22)
-		var shard []RLSequence
-		for i := g.Rank(); i < len(batch); i += world {
-			shard = append(shard, batch[i])
-		}
+		shard := RankShare(batch, g.Rank(), world)
 		if _, err := m.rlStep(nil, g, shard, cfg); err != nil {
 			return err
 		}
@@ -311,10 +305,7 @@ func TestShardedAdamWEqualsUnsharded(t *testing.T) {
 				owned := make([]int64, world)
 				errs := onRanks(t, world, func(g *ProcessGroup) error {
 					m, _ := newTiny(t, ArchQwen2, 23)
-					var shard []RLSequence
-					for i := g.Rank(); i < len(batch); i += world {
-						shard = append(shard, batch[i])
-					}
+					shard := RankShare(batch, g.Rank(), world)
 					o, err := m.NewAdamW(1e-2, 0.01)
 					if sharded {
 						o, err = m.NewShardedAdamW(1e-2, 0.01, g)

@@ -332,11 +332,7 @@ func (c SFTConfig) accumulate(m *Model, data []SFTExample, batch []int, g *Proce
 		}
 	}
 	if g != nil {
-		var mine [][]int
-		for i := g.Rank(); i < len(rows); i += g.World() {
-			mine = append(mine, rows[i])
-		}
-		rows = mine
+		rows = RankShare(rows, g.Rank(), g.World())
 	}
 	// Micro-batches of rows of similar length (microBatches), each padded
 	// only to its own longest row; the step's gradient is the same sum.

@@ -251,12 +251,7 @@ func (d *distLearner) rescore(ctx context.Context, op string, seqs [][]int, own 
 	if len(seqs) < n {
 		return own(ctx, seqs) // fewer sequences than ranks: not worth spreading
 	}
-	share := func(r int) (out [][]int) {
-		for i := r; i < len(seqs); i += n {
-			out = append(out, seqs[i])
-		}
-		return out
-	}
+	share := func(r int) [][]int { return trainer.RankShare(seqs, r, n) }
 	var mine [][]float32
 	replies, err := d.exchange(func(p *rankProc) rankRequest { return rankRequest{Op: op, Seqs: share(p.rank)} },
 		func() (err error) { mine, err = own(ctx, share(0)); return err })

@@ -96,11 +96,7 @@ func (l *gotchLearner) Step(ctx context.Context, rows []orchestrator.Row, lr flo
 	var st trainer.RLStats
 	var err error
 	if l.g != nil {
-		var shard []trainer.RLSequence
-		for i := l.g.Rank(); i < len(batch); i += l.g.World() {
-			shard = append(shard, batch[i])
-		}
-		st, err = l.m.RLStepDist(l.opt, l.g, shard, l.rl)
+		st, err = l.m.RLStepDist(l.opt, l.g, trainer.RankShare(batch, l.g.Rank(), l.g.World()), l.rl)
 	} else {
 		st, err = l.m.RLStep(l.opt, batch, l.rl)
 	}
