@@ -26,12 +26,27 @@ type Experiment struct {
 	Algo      string  `json:"algo"`
 	DataShare float64 `json:"data_share"`
 	Seed      int64   `json:"seed"`
+	// Lambda and Beta, when set, replace the base config's λ and β: the
+	// points of the sweep (Spec.Lambdas, Spec.Betas). Zero keeps the base's.
+	Lambda float64 `json:"lambda,omitempty"`
+	Beta   float64 `json:"beta,omitempty"`
 }
 
 // Name is the experiment's run folder name.
 func (e Experiment) Name() string {
-	return fmt.Sprintf("%s-share%03d-seed%d", e.Algo, int(e.DataShare*100+0.5), e.Seed)
+	n := fmt.Sprintf("%s-share%03d-seed%d", e.Algo, int(e.DataShare*100+0.5), e.Seed)
+	if e.Lambda != 0 {
+		n += fmt.Sprintf("-lambda%g", e.Lambda)
+	}
+	if e.Beta != 0 {
+		n += fmt.Sprintf("-beta%g", e.Beta)
+	}
+	return n
 }
+
+// Swept is whether the experiment is a sweep point rather than a cell of
+// the tables T1–T7.
+func (e Experiment) Swept() bool { return e.Lambda != 0 || e.Beta != 0 }
 
 // Spec is a benchmark: a base run config and the grid.
 type Spec struct {
@@ -43,6 +58,12 @@ type Spec struct {
 	// SEED with part of the tasks against GRPO with all of them.
 	ShareAlgos []string `json:"share_algos,omitempty"`
 	Seeds      []int64  `json:"seeds"`
+	// Lambdas and Betas are the sweep (T8): SEED with all the tasks and the
+	// first seed, once per value of λ (β as the base's) and once per value
+	// of β (λ as the base's), beside the grid's own SEED run at the base's
+	// values. A value equal to the base's is that run.
+	Lambdas []float64 `json:"sweep_lambdas,omitempty"`
+	Betas   []float64 `json:"sweep_betas,omitempty"`
 	// Budget stops starting new experiments once exceeded (0: none).
 	Budget time.Duration `json:"budget"`
 	// ReportOnly starts and resumes nothing: the tables are written from the
@@ -87,7 +108,34 @@ func (s Spec) Experiments() []Experiment {
 			}
 		}
 	}
+	if (len(s.Lambdas) > 0 || len(s.Betas) > 0) && len(s.Seeds) > 0 {
+		seed := s.Seeds[0]
+		add(Experiment{Algo: orchestrator.AlgoSEED, DataShare: 1, Seed: seed})
+		for _, l := range s.Lambdas {
+			if l != s.Base.RL.Lambda {
+				add(Experiment{Algo: orchestrator.AlgoSEED, DataShare: 1, Seed: seed, Lambda: l})
+			}
+		}
+		for _, b := range s.Betas {
+			if b != s.Base.RL.Beta {
+				add(Experiment{Algo: orchestrator.AlgoSEED, DataShare: 1, Seed: seed, Beta: b})
+			}
+		}
+	}
 	return out
+}
+
+// config is the base config with the experiment's settings.
+func (s Spec) config(e Experiment, runsDir string) orchestrator.Config {
+	c := s.Base
+	c.Algo, c.DataShare, c.Seed, c.Name, c.RunsDir = e.Algo, e.DataShare, e.Seed, e.Name(), runsDir
+	if e.Lambda != 0 {
+		c.RL.Lambda = e.Lambda
+	}
+	if e.Beta != 0 {
+		c.RL.Beta = e.Beta
+	}
+	return c
 }
 
 // Validate checks the grid and the base config.
@@ -98,6 +146,16 @@ func (s Spec) Validate() error {
 	for _, sh := range s.Shares {
 		if sh <= 0 || sh > 1 {
 			return fmt.Errorf("bench spec: data share %v must be in (0, 1]", sh)
+		}
+	}
+	for _, l := range s.Lambdas {
+		if l <= 0 {
+			return fmt.Errorf("bench spec: swept λ %v must be > 0 (λ = 0 is GRPO: --algos grpo)", l)
+		}
+	}
+	for _, b := range s.Betas {
+		if b <= 0 {
+			return fmt.Errorf("bench spec: swept β %v must be > 0", b)
 		}
 	}
 	for _, a := range s.ShareAlgos {
@@ -233,9 +291,7 @@ func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, pro
 			}
 		default:
 			fmt.Fprintf(progress, "bench %d/%d: %s (%s elapsed)\n", i+1, len(exps), e.Name(), time.Since(start).Round(time.Second))
-			c := spec.Base
-			c.Algo, c.DataShare, c.Seed, c.Name, c.RunsDir = e.Algo, e.DataShare, e.Seed, e.Name(), runs
-			if _, err := orchestrator.Start(ctx, c, d); err != nil {
+			if _, err := orchestrator.Start(ctx, spec.config(e, runs), d); err != nil {
 				return outs, fmt.Errorf("bench %s: %w", e.Name(), err)
 			}
 		}

@@ -95,7 +95,7 @@ func seedVsGRPO(outs []Outcome) map[string]PairedCI {
 	grpo := map[int64]string{}
 	seed := map[string]map[int64]string{}
 	for _, o := range outs {
-		if o.Skipped != "" || !o.Done || o.Final == nil || o.Final.SeenWins == "" {
+		if o.Skipped != "" || !o.Done || o.Final == nil || o.Final.SeenWins == "" || o.Swept() {
 			continue
 		}
 		switch {

@@ -114,7 +114,9 @@ type Figures struct {
 	// more than one opening per task, without which neither RL nor a
 	// distillation loss on sampled tokens can find a better one.
 	Exploration map[string]map[string]Stat `json:"t7_exploration,omitempty"`
-	Skipped     []string                   `json:"skipped,omitempty"`
+	// Sweep is T8: SEED's λ and β sweep on one seed, the base run first.
+	Sweep   []SweepRow `json:"t8_sweep,omitempty"`
+	Skipped []string   `json:"skipped,omitempty"`
 	// RunSeconds is each finished experiment's wall time; RunsTotal their sum.
 	RunSeconds map[string]float64 `json:"run_seconds,omitempty"`
 	RunsTotal  string             `json:"runs_total"`
@@ -154,6 +156,9 @@ func Summarize(outs []Outcome) Figures {
 		}
 		f.RunSeconds[o.Name()] = o.Seconds
 		total += o.Seconds
+		if o.Swept() {
+			continue // T8's, not the tables'
+		}
 		f.HasScore = f.HasScore || o.Final.SeenScore != 0 || o.Base != nil && o.Base.SeenScore != 0
 		put(share, o.Algo, shareKey(o.DataShare), 100*o.Final.Seen)
 		if o.DataShare != 1 {
@@ -223,6 +228,86 @@ func Summarize(outs []Outcome) Figures {
 	return f
 }
 
+// SweepRow is one point of T8: SEED with all the tasks at one λ and β.
+type SweepRow struct {
+	Lambda float64 `json:"lambda"`
+	Beta   float64 `json:"beta"`
+	Seed   int64   `json:"seed"`
+	Seen   float64 `json:"seen"`   // eval-seen success, %
+	Unseen float64 `json:"unseen"` // eval-unseen success, %
+	// VsGRPO is this run minus GRPO with all the tasks and the same seed,
+	// eval-seen points, with a 95% bootstrap interval over the eval tasks
+	// (nil without that GRPO run).
+	VsGRPO *PairedCI `json:"vs_grpo_full,omitempty"`
+	// Gate, DecisionShift and OPDLoss are the iterations' mean gate
+	// σ(β·Δ), mean Δ on the decision tokens and distillation loss: what the
+	// setting did to the signal.
+	Gate          float64 `json:"gate_mean"`
+	DecisionShift float64 `json:"decision_mean_shift"`
+	OPDLoss       float64 `json:"opd_loss"`
+	Base          bool    `json:"base"` // the base config's λ and β
+}
+
+// sweepRows collects T8 from the finished SEED runs with all the tasks and
+// the sweep's seed (the first of the spec's): the base run and the swept.
+func sweepRows(spec Spec, outs []Outcome) []SweepRow {
+	if (len(spec.Lambdas) == 0 && len(spec.Betas) == 0) || len(spec.Seeds) == 0 {
+		return nil
+	}
+	seed := spec.Seeds[0]
+	var grpo string
+	for _, o := range outs {
+		if o.Done && o.Final != nil && o.Algo == orchestrator.AlgoGRPO && o.DataShare == 1 && o.Seed == seed && !o.Swept() {
+			grpo = o.Final.SeenWins
+		}
+	}
+	var rows []SweepRow
+	for _, o := range outs {
+		if !o.Done || o.Final == nil || o.Algo != orchestrator.AlgoSEED || o.DataShare != 1 || o.Seed != seed {
+			continue
+		}
+		r := SweepRow{Lambda: spec.Base.RL.Lambda, Beta: spec.Base.RL.Beta, Seed: seed, Seen: 100 * o.Final.Seen, Unseen: 100 * o.Final.Unseen, Base: !o.Swept()}
+		if o.Lambda != 0 {
+			r.Lambda = o.Lambda
+		}
+		if o.Beta != 0 {
+			r.Beta = o.Beta
+		}
+		if grpo != "" && o.Final.SeenWins != "" {
+			if ci, err := pairedBootstrap([]string{o.Final.SeenWins}, []string{grpo}); err == nil {
+				r.VsGRPO = &ci
+			}
+		}
+		var gate, shift, opd []float64
+		for _, l := range o.Metrics {
+			if l.Kind != "iteration" {
+				continue
+			}
+			if v, ok := l.Values["gate_mean"]; ok {
+				gate = append(gate, v)
+			}
+			if v, ok := l.Values["decision_mean_shift"]; ok {
+				shift = append(shift, v)
+			}
+			if v, ok := l.Values["opd_loss"]; ok {
+				opd = append(opd, v)
+			}
+		}
+		r.Gate, r.DecisionShift, r.OPDLoss = stat(gate).Mean, stat(shift).Mean, stat(opd).Mean
+		rows = append(rows, r)
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		if rows[i].Base != rows[j].Base {
+			return rows[i].Base
+		}
+		if rows[i].Lambda != rows[j].Lambda {
+			return rows[i].Lambda < rows[j].Lambda
+		}
+		return rows[i].Beta < rows[j].Beta
+	})
+	return rows
+}
+
 // diagKeys are the per-iteration metrics T6 averages: how many trajectories
 // got a usable skill, whether the analyzer's answers parsed, and how the
 // teacher context moved the sampled tokens (the gate σ(β·Δ), the share of
@@ -263,6 +348,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // WriteResults writes results.md, figures.json and the plots into out.
 func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) error {
 	f := Summarize(outs)
+	f.Sweep = sweepRows(spec, outs)
 	f.Duration = took.Round(time.Second).String()
 	f.Host, _ = os.Hostname()
 	if err := os.MkdirAll(out, 0o755); err != nil {
@@ -367,6 +453,21 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 		}
 		b.WriteString("\nReading it: first-action agreement is the share of a task's G samples that open with the task's most common first action (1: one opening per task). GRPO can only prefer openings it sampled, and SEED's distillation loss is on sampled tokens, so a teacher that knows a better opening (the hindsight skill names where the object was) cannot teach it unless the policy sometimes samples it. Agreement near 1 means whatever the skills know about where to go first stays out of reach.\n")
 	}
+	if len(f.Sweep) > 0 {
+		fmt.Fprintf(&b, "\n## T8 λ and β sweep (SEED, all the training tasks, seed %d)\n\n| λ | β | eval-seen | eval-unseen | − GRPO@100%%, same seed (95%% CI over tasks) | gate σ(βΔ) | decision mean Δ | OPD loss |\n|---|---|---|---|---|---|---|---|\n", f.Sweep[0].Seed)
+		for _, r := range f.Sweep {
+			ci := "—"
+			if r.VsGRPO != nil {
+				ci = r.VsGRPO.String()
+			}
+			mark := ""
+			if r.Base {
+				mark = " (base)"
+			}
+			fmt.Fprintf(&b, "| %g%s | %g | %.1f | %.1f | %s | %.2f | %.3f | %.3f |\n", r.Lambda, mark, r.Beta, r.Seen, r.Unseen, ci, r.Gate, r.DecisionShift, r.OPDLoss)
+		}
+		b.WriteString("\nReading it: one seed, so a row's interval covers the eval tasks' noise, not the seed's (three seeds of the base spread by about ±2 points on this testbed); a setting is worth running over three seeds only if it stands out by more than that.\n")
+	}
 	if len(f.Skipped) > 0 {
 		b.WriteString("\nNot run or unfinished: " + strings.Join(f.Skipped, "; ") + "\n")
 	}
@@ -388,7 +489,7 @@ func writePlots(out string, spec Spec, outs []Outcome, f Figures) error {
 	for _, a := range spec.Algos {
 		byIter := map[int][]float64{}
 		for _, o := range outs {
-			if o.Algo != a || o.DataShare != 1 {
+			if o.Algo != a || o.DataShare != 1 || o.Swept() {
 				continue
 			}
 			for _, l := range o.Metrics {

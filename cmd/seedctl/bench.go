@@ -29,6 +29,8 @@ func benchCommand() *cli.Command {
 			&cli.Float64SliceFlag{Name: "shares", Usage: "T2 data shares besides 1 (default 0.2,0.4,0.6,0.8; with --quick 0.4; 1 runs none)"},
 			&cli.StringSliceFlag{Name: "share-algos", Usage: "methods run at the T2 shares (default grpo,seed; with --quick seed)"},
 			&cli.Int64SliceFlag{Name: "seeds", Usage: "seeds (default 1,2,3; with --quick 1); finished runs of the folder are reused"},
+			&cli.Float64SliceFlag{Name: "sweep-lambda", Usage: "T8: SEED with all the tasks on the first seed once per λ here (β as the config's), beside the base run"},
+			&cli.Float64SliceFlag{Name: "sweep-beta", Usage: "T8: the same once per β here (λ as the config's)"},
 			&cli.BoolFlag{Name: "report", Usage: "rewrite the tables and plots from the finished experiments in --out; run nothing"},
 			envOptFlag(),
 		},
@@ -75,6 +77,12 @@ func benchCommand() *cli.Command {
 				seeds = c.Int64Slice("seeds")
 			}
 			spec = spec.Select(algos, shares, shareAlgos, seeds)
+			if c.IsSet("sweep-lambda") {
+				spec.Lambdas = c.Float64Slice("sweep-lambda")
+			}
+			if c.IsSet("sweep-beta") {
+				spec.Betas = c.Float64Slice("sweep-beta")
+			}
 			if err := spec.Validate(); err != nil {
 				return cli.Exit("bench: "+err.Error(), 2)
 			}

@@ -148,6 +148,8 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "plateau-patience", Usage: "stop when eval-seen success has not beaten its best for this many evaluations (with --eval-every; --iterations is then the most it runs)"},
 			&cli.IntFlag{Name: "stage1-episodes", Usage: "trajectories analyzed for stage 1"},
 			&cli.Float64Flag{Name: "lr", Usage: "stage-2 learning rate"},
+			&cli.Float64Flag{Name: "lambda", Usage: "λ, the weight of the gated distillation loss (paper: 0.01)"},
+			&cli.Float64Flag{Name: "beta", Usage: "β of the gate σ(β·Δ) (paper: 5)"},
 			&cli.IntFlag{Name: "max-steps", Usage: "episode step limit (training and eval)"},
 			&cli.StringFlag{Name: "update", Usage: "stage-2 update: public (the public SEED code's, the default) or legacy (seedctl's before it: trajectory returns, one step per iteration; to compare)"},
 			envOptFlag(),
@@ -255,6 +257,12 @@ func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) error {
 	}
 	if v := c.Float64("lr"); c.IsSet("lr") {
 		cfg.RL.LR = v
+	}
+	if v := c.Float64("lambda"); c.IsSet("lambda") {
+		cfg.RL.Lambda = v
+	}
+	if v := c.Float64("beta"); c.IsSet("beta") {
+		cfg.RL.Beta = v
 	}
 	if v := c.Int("max-steps"); c.IsSet("max-steps") {
 		cfg.Env.MaxSteps = v
