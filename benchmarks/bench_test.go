@@ -187,3 +187,71 @@ func TestGridAndValidate(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestSweepIsItsOwnTable(t *testing.T) {
+	base := orchestrator.Default()
+	base.RL.Lambda, base.RL.Beta = 0.01, 5
+	spec := Spec{Base: base, Algos: []string{"grpo", "seed"}, Shares: []float64{1}, Seeds: []int64{7, 8},
+		Lambdas: []float64{0.01, 0.2}, Betas: []float64{2, 5}}
+	var names []string
+	for _, e := range spec.Experiments() {
+		names = append(names, e.Name())
+	}
+	// The base's λ and β are the grid's own SEED run; the sweep is on the first seed only.
+	want := []string{"grpo-share100-seed7", "seed-share100-seed7", "grpo-share100-seed8", "seed-share100-seed8",
+		"seed-share100-seed7-lambda0.2", "seed-share100-seed7-beta2"}
+	if !reflect.DeepEqual(names, want) {
+		t.Fatalf("experiments %v, want %v", names, want)
+	}
+	if c := spec.config(Experiment{Algo: "seed", DataShare: 1, Seed: 7, Beta: 2}, "r"); c.RL.Beta != 2 || c.RL.Lambda != 0.01 || c.Name != "seed-share100-seed7-beta2" {
+		t.Errorf("β point's config: λ %v β %v name %q", c.RL.Lambda, c.RL.Beta, c.Name)
+	}
+	bad := spec
+	bad.Lambdas = []float64{0}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "λ = 0 is GRPO") {
+		t.Errorf("λ = 0 in the sweep: %v", err)
+	}
+
+	wins := func(n, k int) string { return strings.Repeat("1", k) + strings.Repeat("0", n-k) }
+	o := func(e Experiment, seen float64, w string, gate float64) Outcome {
+		r := outcome(e.Algo, 1, e.Seed, seen, 0.1, 10)
+		r.Experiment, r.Final.SeenWins = e, w
+		for _, l := range r.Metrics {
+			if e.Algo == "seed" {
+				l.Values["gate_mean"] = gate
+			}
+		}
+		return r
+	}
+	outs := []Outcome{
+		o(Experiment{Algo: "grpo", DataShare: 1, Seed: 7}, 0.5, wins(10, 5), 0),
+		o(Experiment{Algo: "seed", DataShare: 1, Seed: 7}, 0.6, wins(10, 6), 0.5),
+		o(Experiment{Algo: "seed", DataShare: 1, Seed: 7, Lambda: 0.2}, 0.9, wins(10, 9), 0.7),
+		o(Experiment{Algo: "seed", DataShare: 1, Seed: 7, Beta: 2}, 0.3, wins(10, 3), 0.4),
+	}
+	f := Summarize(outs)
+	// The swept runs stay out of T1: SEED's row is the base run alone.
+	if s := f.Main["seed"]["seen"]; s.N != 1 || math.Abs(s.Mean-60) > 1e-9 {
+		t.Errorf("T1 SEED %+v, want the base run's 60 alone", s)
+	}
+	if ci := f.SeedMinusGRPO["100%"]; ci.Seeds != 1 || math.Abs(ci.Diff-10) > 1e-9 {
+		t.Errorf("SEED − GRPO %+v, want +10 from the base run alone", ci)
+	}
+	rows := sweepRows(spec, outs)
+	if len(rows) != 3 || !rows[0].Base || rows[1].Lambda != 0.01 || rows[1].Beta != 2 || rows[2].Lambda != 0.2 || rows[2].Beta != 5 {
+		t.Fatalf("sweep rows %+v: want base, then (0.01, 2), then (0.2, 5)", rows)
+	}
+	if rows[2].VsGRPO == nil || math.Abs(rows[2].VsGRPO.Diff-40) > 1e-9 || math.Abs(rows[2].Gate-0.7) > 1e-9 {
+		t.Errorf("λ 0.2 row %+v (vs GRPO %+v), want +40 and gate 0.70", rows[2], rows[2].VsGRPO)
+	}
+	dir := t.TempDir()
+	if err := WriteResults(dir, spec, outs, 0); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "results.md"))
+	for _, w := range []string{"## T8 λ and β sweep (SEED, all the training tasks, seed 7)", "| 0.01 (base) | 5 | 60.0 | 10.0 | +10.0 [", "| 0.2 | 5 | 90.0 | 10.0 | +40.0 [", "| 0.01 | 2 | 30.0 |"} {
+		if !strings.Contains(string(md), w) {
+			t.Errorf("results.md lacks %q:\n%s", w, md)
+		}
+	}
+}
