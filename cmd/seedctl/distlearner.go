@@ -10,10 +10,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
+	"slices"
+
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 
 	"github.com/seedctl/seedctl/orchestrator"
@@ -30,6 +32,14 @@ import (
 // the same way. Rescoring is spread over the ranks (every rank holds the
 // same weights); checkpoints are rank 0's, with each rank's optimizer
 // shard beside them under --zero.
+//
+// Several hosts: --world-size W above --nproc N leaves W-N ranks to other
+// hosts, where `seedctl learner-node --connect HOST:PORT --nproc K` starts
+// K ranks that dial this run's control port (--listen) and speak the same
+// protocol over TCP. The run assigns their ranks in the order they
+// connect and tells each in its "load" where the c10d rendezvous is
+// (--master-addr, --master-port). The model and the run folder must be at
+// the same path on every host (a shared filesystem), as under torchrun.
 
 // rankRequest is one command to a worker rank.
 type rankRequest struct {
@@ -42,6 +52,29 @@ type rankRequest struct {
 	Zero bool                      `json:"zero,omitempty"` // "load": shard the optimizer (ZeRO-1)
 	Dir  string                    `json:"dir,omitempty"`  // "save": write this rank's optimizer shard there
 	Seqs [][]int                   `json:"seqs,omitempty"` // "rescore", "rescore_ref": this rank's share
+	Dist *rankDist                 `json:"dist,omitempty"` // "load": the group to join
+}
+
+// rankDist is the process group a rank joins (its torchrun variables).
+type rankDist struct {
+	Addr     string  `json:"addr"`
+	Port     int     `json:"port"`
+	Rank     int     `json:"rank"`
+	World    int     `json:"world"`
+	TimeoutS float64 `json:"timeout_s"`
+}
+
+func (d rankDist) config() trainer.DistConfig {
+	c := trainer.DefaultDistConfig()
+	c.Addr, c.Port, c.Rank, c.World = d.Addr, d.Port, d.Rank, d.World
+	c.Timeout = time.Duration(d.TimeoutS * float64(time.Second))
+	return c
+}
+
+// rankHello is the first line a rank that dialled in sends.
+type rankHello struct {
+	Host string `json:"host"`
+	PID  int    `json:"pid"`
 }
 
 // rankReply is a worker's answer.
@@ -52,19 +85,69 @@ type rankReply struct {
 	LogP    [][]float32 `json:"logp,omitempty"` // "rescore", "rescore_ref"
 }
 
-// distTimeout bounds the rendezvous and every collective: a rank that
-// died makes the others fail after it rather than hang.
-var distTimeout = 5 * time.Minute
+// defaultDistTimeout bounds the rendezvous and every collective unless
+// --dist-timeout says otherwise: a rank that died makes the others fail
+// after it rather than hang.
+const defaultDistTimeout = 5 * time.Minute
+
+// distOptions is run's data-parallel layout.
+type distOptions struct {
+	device string
+	nproc  int // ranks on this host, rank 0 (this process) included
+	// world is every rank; the world-nproc beyond this host dial in at
+	// listen (seedctl learner-node on the other hosts).
+	world  int
+	listen string
+	// masterAddr and masterPort are c10d's rendezvous (rank 0's TCPStore):
+	// this host as the other hosts reach it. One host: loopback and a
+	// free port.
+	masterAddr string
+	masterPort int
+	zero       bool
+	timeout    time.Duration
+}
+
+func (o distOptions) validate() error {
+	switch {
+	case o.nproc < 1:
+		return fmt.Errorf("--nproc %d: want 1 or more learner ranks", o.nproc)
+	case o.world != 0 && o.world < o.nproc:
+		return fmt.Errorf("--world-size %d is below --nproc %d (the world counts this host's ranks too)", o.world, o.nproc)
+	case o.world > o.nproc && o.masterAddr == "":
+		return fmt.Errorf("--world-size %d with --nproc %d: ranks on other hosts need --master-addr, this host's address as they reach it", o.world, o.nproc)
+	case o.world > o.nproc && o.listen == "":
+		return fmt.Errorf("--world-size %d: give --listen HOST:PORT for the other hosts' ranks to dial", o.world)
+	case o.timeout <= 0:
+		return fmt.Errorf("--dist-timeout %v must be positive", o.timeout)
+	case o.masterPort < 0 || o.masterPort > 65535:
+		return fmt.Errorf("--master-port %d must be in 1..65535 (0: a free port, one host only)", o.masterPort)
+	}
+	return nil
+}
+
+// ranks is every rank of the group.
+func (o distOptions) ranks() int { return max(o.world, o.nproc) }
 
 // rankStarted, when set (tests), is told of each worker rank's process.
 var rankStarted func(rank int, p *os.Process)
 
-// rankProc is a running worker rank.
+// rankProc is a running worker rank: a child process on this host or a
+// connection from a rank on another.
 type rankProc struct {
 	rank int
-	cmd  *exec.Cmd
+	host string // "" on this host
 	in   io.WriteCloser
 	out  *bufio.Scanner
+	// stop waits for the rank to end after "close" (killing a child that
+	// does not within 30 s) or hangs up on a remote one.
+	stop func()
+}
+
+func (p *rankProc) name() string {
+	if p.host != "" {
+		return fmt.Sprintf("learner rank %d (on %s)", p.rank, p.host)
+	}
+	return fmt.Sprintf("learner rank %d", p.rank)
 }
 
 func (p *rankProc) send(req rankRequest) error {
@@ -73,7 +156,7 @@ func (p *rankProc) send(req rankRequest) error {
 		return err
 	}
 	if _, err := p.in.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("learner rank %d: sending %s: %w", p.rank, req.Op, err)
+		return fmt.Errorf("%s: sending %s: %w", p.name(), req.Op, err)
 	}
 	return nil
 }
@@ -84,13 +167,19 @@ func (p *rankProc) reply() (rankReply, error) {
 		if err == nil {
 			err = io.ErrUnexpectedEOF
 		}
-		return rankReply{}, fmt.Errorf("learner rank %d stopped answering (died?): %w", p.rank, err)
+		return rankReply{}, fmt.Errorf("%s stopped answering (died?): %w", p.name(), err)
 	}
 	var r rankReply
 	if err := json.Unmarshal(p.out.Bytes(), &r); err != nil {
-		return r, fmt.Errorf("learner rank %d: bad answer %q: %w", p.rank, p.out.Text(), err)
+		return r, fmt.Errorf("%s: bad answer %q: %w", p.name(), p.out.Text(), err)
 	}
 	return r, nil
+}
+
+func lineScanner(r io.Reader) *bufio.Scanner {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<30)
+	return sc
 }
 
 // distLearner is rank 0 plus the worker processes.
@@ -100,58 +189,76 @@ type distLearner struct {
 	zero    bool
 }
 
-// newDistLearner starts nproc learner ranks on this host (CPU, Gloo);
-// zero shards the optimizer across them (ZeRO-1: each rank keeps 1/N of
-// the moments and saves its shard beside rank 0's checkpoint).
-func newDistLearner(device string, nproc int, zero bool) orchestrator.LearnerFactory {
+// newDistLearner starts o.nproc learner ranks on this host (CPU, Gloo)
+// and waits for the o.world-o.nproc of the other hosts to dial in; o.zero
+// shards the optimizer across them (ZeRO-1: each rank keeps 1/N of the
+// moments and saves its shard beside rank 0's checkpoint).
+func newDistLearner(o distOptions, log zerolog.Logger) orchestrator.LearnerFactory {
 	return func(spec orchestrator.LearnerSpec) (orchestrator.Learner, error) {
-		port, err := freeLoopbackPort()
-		if err != nil {
-			return nil, fmt.Errorf("--nproc %d: a port for the rendezvous: %w", nproc, err)
-		}
-		self, err := os.Executable()
-		if err != nil {
+		if err := o.validate(); err != nil {
 			return nil, err
 		}
-		d := &distLearner{zero: zero}
+		world := o.ranks()
+		addr, port := o.masterAddr, o.masterPort
+		if addr == "" {
+			addr = "127.0.0.1"
+		}
+		if port == 0 {
+			if world > o.nproc {
+				return nil, fmt.Errorf("--world-size %d: give --master-port (a free port here that the other hosts reach)", world)
+			}
+			p, err := freeLoopbackPort()
+			if err != nil {
+				return nil, fmt.Errorf("--nproc %d: a port for the rendezvous: %w", o.nproc, err)
+			}
+			port = p
+		}
+		d := &distLearner{zero: o.zero}
 		fail := func(err error) (orchestrator.Learner, error) {
 			d.stopWorkers()
 			return nil, err
 		}
-		for r := 1; r < nproc; r++ {
-			cmd := exec.Command(self, "learner-rank", "--device", device)
-			cmd.Env = append(os.Environ(), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
-				"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(nproc), "SEEDCTL_DIST_TIMEOUT="+distTimeout.String())
-			cmd.Stderr = os.Stderr
-			in, err := cmd.StdinPipe()
+		// The other hosts' ranks first: they may be waiting already, and
+		// the rendezvous needs every rank.
+		if world > o.nproc {
+			remote, err := acceptRanks(o, world-o.nproc, log)
 			if err != nil {
 				return fail(err)
 			}
-			out, err := cmd.StdoutPipe()
+			d.workers = append(d.workers, remote...)
+		}
+		self, err := os.Executable()
+		if err != nil {
+			return fail(err)
+		}
+		for r := 1; r < o.nproc; r++ {
+			p, err := startLocalRank(self, o.device, r)
 			if err != nil {
 				return fail(err)
 			}
-			if err := cmd.Start(); err != nil {
-				return fail(fmt.Errorf("starting learner rank %d: %w", r, err))
-			}
-			if rankStarted != nil {
-				rankStarted(r, cmd.Process)
-			}
-			sc := bufio.NewScanner(out)
-			sc.Buffer(make([]byte, 1<<20), 1<<30)
-			p := &rankProc{rank: r, cmd: cmd, in: in, out: sc}
 			d.workers = append(d.workers, p)
-			if err := p.send(rankRequest{Op: "load", Spec: &spec, Zero: zero}); err != nil {
+		}
+		slices.SortFunc(d.workers, func(a, b *rankProc) int { return a.rank - b.rank }) // rescoring gathers in rank order
+		for _, p := range d.workers {
+			dist := &rankDist{Addr: addr, Port: port, Rank: p.rank, World: world, TimeoutS: o.timeout.Seconds()}
+			if err := p.send(rankRequest{Op: "load", Spec: &spec, Zero: o.zero, Dist: dist}); err != nil {
 				return fail(err)
 			}
 		}
-		cfg := trainer.DefaultDistConfig()
-		cfg.Port, cfg.Rank, cfg.World, cfg.Timeout = port, 0, nproc, distTimeout
+		// Each rank first says whether it can load the policy at all (a
+		// host without the shared filesystem fails here, not after the
+		// rendezvous' timeout).
+		for _, p := range d.workers {
+			if r, err := p.reply(); err != nil || !r.OK {
+				return fail(fmt.Errorf("%s before the rendezvous: %v%s", p.name(), err, r.Error))
+			}
+		}
+		cfg := rankDist{Addr: addr, Port: port, Rank: 0, World: world, TimeoutS: o.timeout.Seconds()}.config()
 		g, err := trainer.NewProcessGroup(cfg)
 		if err != nil {
-			return fail(fmt.Errorf("--nproc %d: %w", nproc, err))
+			return fail(fmt.Errorf("--nproc %d, world %d: %w", o.nproc, world, err))
 		}
-		l, err := loadLearner(device, spec, g, zero)
+		l, err := loadLearner(o.device, spec, g, o.zero)
 		if err != nil {
 			g.Close()
 			return fail(err)
@@ -160,7 +267,7 @@ func newDistLearner(device string, nproc int, zero bool) orchestrator.LearnerFac
 		for _, p := range d.workers {
 			if r, err := p.reply(); err != nil || !r.OK {
 				d.Close()
-				return nil, fmt.Errorf("learner rank %d loading %s: %v%s", p.rank, spec.Policy, err, r.Error)
+				return nil, fmt.Errorf("%s loading %s: %v%s", p.name(), spec.Policy, err, r.Error)
 			}
 		}
 		// Every rank starts from rank 0's weights (they loaded the same
@@ -172,12 +279,91 @@ func newDistLearner(device string, nproc int, zero bool) orchestrator.LearnerFac
 		for _, p := range d.workers {
 			if r, err := p.reply(); err != nil || !r.OK {
 				d.Close()
-				return nil, fmt.Errorf("learner rank %d: the weights' broadcast: %v%s", p.rank, err, r.Error)
+				return nil, fmt.Errorf("%s: the weights' broadcast: %v%s", p.name(), err, r.Error)
 			}
 		}
 		return d, nil
 	}
 }
+
+// startLocalRank starts rank r on this host as a child process that takes
+// its commands on stdin.
+func startLocalRank(self, device string, r int) (*rankProc, error) {
+	cmd := exec.Command(self, "learner-rank", "--device", device)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting learner rank %d: %w", r, err)
+	}
+	if rankStarted != nil {
+		rankStarted(r, cmd.Process)
+	}
+	return &rankProc{rank: r, in: in, out: lineScanner(out), stop: func() {
+		in.Close()
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}}, nil
+}
+
+// acceptRanks listens at o.listen until n ranks of other hosts have dialled
+// in (each says hello with its host), numbering them o.nproc, o.nproc+1, …
+// in the order they arrive; it gives up after o.timeout, saying how many
+// came.
+func acceptRanks(o distOptions, n int, log zerolog.Logger) ([]*rankProc, error) {
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %s for the other hosts' ranks: %w", o.listen, err)
+	}
+	defer ln.Close()
+	log.Info().Str("listen", ln.Addr().String()).Int("ranks", n).Msgf("waiting for %d learner ranks of other hosts: seedctl learner-node --connect %s --nproc K there", n, ln.Addr())
+	if listening != nil {
+		listening(ln.Addr().String())
+	}
+	deadline := time.Now().Add(o.timeout)
+	var out []*rankProc
+	closeAll := func() {
+		for _, p := range out {
+			p.stop()
+		}
+	}
+	for len(out) < n {
+		ln.(*net.TCPListener).SetDeadline(deadline)
+		conn, err := ln.Accept()
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("waiting for the other hosts' learner ranks at %s: %d of %d dialled in within %v (--dist-timeout): %w", ln.Addr(), len(out), n, o.timeout, err)
+		}
+		sc := lineScanner(conn)
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		var h rankHello
+		if !sc.Scan() || json.Unmarshal(sc.Bytes(), &h) != nil || h.Host == "" {
+			log.Warn().Str("from", conn.RemoteAddr().String()).Msg("a connection to the ranks' port sent no hello; closed")
+			conn.Close()
+			continue
+		}
+		conn.SetReadDeadline(time.Time{})
+		p := &rankProc{rank: o.nproc + len(out), host: fmt.Sprintf("%s pid %d", h.Host, h.PID), in: conn, out: sc, stop: func() { conn.Close() }}
+		out = append(out, p)
+		log.Info().Int("rank", p.rank).Str("host", h.Host).Int("pid", h.PID).Msgf("learner rank %d dialled in (%d of %d)", p.rank, len(out), n)
+	}
+	return out, nil
+}
+
+// listening, when set (tests), is told the address acceptRanks listens at.
+var listening func(addr string)
 
 // exchange sends each worker its request, runs rank 0's part and collects
 // the workers' answers (a refused step is not a failure); the failures
@@ -196,7 +382,7 @@ func (d *distLearner) exchange(reqFor func(p *rankProc) rankRequest, own func() 
 		case err != nil:
 			errs = append(errs, err)
 		case !r.OK && !r.Refused:
-			errs = append(errs, fmt.Errorf("learner rank %d: %s", p.rank, r.Error))
+			errs = append(errs, fmt.Errorf("%s: %s", p.name(), r.Error))
 		}
 		replies[i] = r
 	}
@@ -261,7 +447,7 @@ func (d *distLearner) rescore(ctx context.Context, op string, seqs [][]int, own 
 	parts := [][][]float32{mine}
 	for i, r := range replies {
 		if want := len(share(d.workers[i].rank)); len(r.LogP) != want {
-			return nil, fmt.Errorf("learner rank %d: %d log-prob rows for %d sequences", d.workers[i].rank, len(r.LogP), want)
+			return nil, fmt.Errorf("%s: %d log-prob rows for %d sequences", d.workers[i].name(), len(r.LogP), want)
 		}
 		parts = append(parts, r.LogP)
 	}
@@ -286,15 +472,7 @@ func (d *distLearner) Save(ctx context.Context, dir string) error {
 func (d *distLearner) stopWorkers() {
 	for _, p := range d.workers {
 		_ = p.send(rankRequest{Op: "close"})
-		p.in.Close()
-		done := make(chan struct{})
-		go func() { p.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			p.cmd.Process.Kill()
-			<-done
-		}
+		p.stop()
 	}
 	d.workers = nil
 }
@@ -316,27 +494,105 @@ func freeLoopbackPort() (int, error) {
 }
 
 // learnerRankCommand is a worker rank of run --nproc (not for users: the
-// run starts it with torchrun's variables set and talks to it on stdin
-// and stdout).
+// run starts it and talks to it on stdin and stdout; with --connect it
+// dials a run on another host, as learner-node starts it).
 func learnerRankCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "learner-rank",
-		Usage:  "one learner rank of seedctl run --nproc N (started by the run; commands on stdin)",
+		Usage:  "one learner rank of seedctl run --nproc N (started by the run; commands on stdin, or over TCP with --connect)",
 		Hidden: true,
-		Flags:  []cli.Flag{&cli.StringFlag{Name: "device", Value: "cpu", Usage: "trainer device"}},
+		Flags: []cli.Flag{&cli.StringFlag{Name: "device", Value: "cpu", Usage: "trainer device"},
+			&cli.StringFlag{Name: "connect", Usage: "dial the run's --listen address (HOST:PORT) and take commands there"},
+			&cli.DurationFlag{Name: "connect-timeout", Value: defaultDistTimeout, Usage: "keep dialling this long (the run may start later)"}},
 		Action: func(c *cli.Context) error {
-			return serveLearnerRank(c.Context, c.String("device"), os.Stdin, os.Stdout)
+			addr := c.String("connect")
+			if addr == "" {
+				return serveLearnerRank(c.Context, c.String("device"), os.Stdin, os.Stdout)
+			}
+			conn, err := dialRun(c.Context, addr, c.Duration("connect-timeout"))
+			if err != nil {
+				return cli.Exit("learner-rank: "+err.Error(), 1)
+			}
+			defer conn.Close()
+			host, _ := os.Hostname()
+			b, _ := json.Marshal(rankHello{Host: host, PID: os.Getpid()})
+			if _, err := conn.Write(append(b, '\n')); err != nil {
+				return cli.Exit(fmt.Sprintf("learner-rank: saying hello to %s: %v", addr, err), 1)
+			}
+			return serveLearnerRank(c.Context, c.String("device"), conn, conn)
+		},
+	}
+}
+
+// dialRun dials a run's ranks port, retrying every second for up to wait.
+func dialRun(ctx context.Context, addr string, wait time.Duration) (net.Conn, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		conn, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return conn, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("dialling the run at %s for %v: %w", addr, wait, err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// learnerNodeCommand starts K learner ranks on this host for a run on
+// another (torchrun's role on the other nodes): each dials the run, which
+// numbers them; it ends when they all have, failing if one failed.
+func learnerNodeCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "learner-node",
+		Usage:       "start learner ranks on this host for a seedctl run --world-size W on another host (they dial its --listen address)",
+		Description: "Example:\n   seedctl learner-node --connect hostA:29501 --nproc 4   # on hostB, while hostA runs: seedctl run --nproc 4 --world-size 8 --master-addr hostA --master-port 29500 --listen :29501",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "connect", Required: true, Usage: "the run's --listen address as this host reaches it (HOST:PORT)"},
+			&cli.IntFlag{Name: "nproc", Value: 1, Usage: "learner ranks to start here"},
+			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "trainer device"},
+			&cli.DurationFlag{Name: "connect-timeout", Value: defaultDistTimeout, Usage: "how long each rank keeps dialling"},
+		},
+		Action: func(c *cli.Context) error {
+			n := c.Int("nproc")
+			if n < 1 {
+				return cli.Exit(fmt.Sprintf("learner-node: --nproc %d: want 1 or more ranks", n), 2)
+			}
+			if _, _, err := net.SplitHostPort(c.String("connect")); err != nil {
+				return cli.Exit(fmt.Sprintf("learner-node: --connect %q: want HOST:PORT, the run's --listen address (%v)", c.String("connect"), err), 2)
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			cmds := make([]*exec.Cmd, n)
+			for i := range cmds {
+				cmds[i] = exec.CommandContext(c.Context, self, "learner-rank", "--device", c.String("device"),
+					"--connect", c.String("connect"), "--connect-timeout", c.Duration("connect-timeout").String())
+				cmds[i].Stdout, cmds[i].Stderr = os.Stderr, os.Stderr
+				if err := cmds[i].Start(); err != nil {
+					return cli.Exit(fmt.Sprintf("learner-node: starting rank process %d of %d: %v", i+1, n, err), 1)
+				}
+			}
+			var errs []error
+			for i, cmd := range cmds {
+				if err := cmd.Wait(); err != nil {
+					errs = append(errs, fmt.Errorf("rank process %d of %d: %w", i+1, n, err))
+				}
+			}
+			if err := errors.Join(errs...); err != nil {
+				return cli.Exit("learner-node: "+err.Error(), 1)
+			}
+			return nil
 		},
 	}
 }
 
 func serveLearnerRank(ctx context.Context, device string, stdin io.Reader, stdout io.Writer) error {
-	cfg, ok, err := trainer.DistConfigFromEnv()
-	if err != nil || !ok {
+	// torchrun's variables when set; a "load" carrying the group wins.
+	cfg, fromEnv, err := trainer.DistConfigFromEnv()
+	if err != nil {
 		return cli.Exit(fmt.Sprintf("learner-rank: torchrun's variables (WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT): %v", err), 2)
-	}
-	if t, err := time.ParseDuration(os.Getenv("SEEDCTL_DIST_TIMEOUT")); err == nil {
-		cfg.Timeout = t
 	}
 	in := bufio.NewScanner(stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<30)
@@ -366,6 +622,21 @@ func serveLearnerRank(ctx context.Context, device string, stdin io.Reader, stdou
 				answer(fail(errors.New("load without a spec")))
 				continue
 			}
+			switch {
+			case req.Dist != nil:
+				cfg = req.Dist.config()
+			case !fromEnv:
+				err := errors.New("learner-rank: a load without the group to join, and no torchrun variables (WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT)")
+				answer(fail(err))
+				return err
+			}
+			if _, err := os.Stat(req.Spec.Policy); err != nil {
+				host, _ := os.Hostname()
+				err = fmt.Errorf("rank %d on %s: the policy %s: %w (the model and the run folder must be at the same path on every host: a shared filesystem)", cfg.Rank, host, req.Spec.Policy, err)
+				answer(fail(err))
+				return err
+			}
+			answer(rankReply{OK: true}) // checked: now the rendezvous
 			g, err := trainer.NewProcessGroup(cfg)
 			if err != nil {
 				answer(fail(err))

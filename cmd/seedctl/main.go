@@ -78,6 +78,7 @@ func newApp() *cli.App {
 			benchCommand(),
 			reportCommand(),
 			learnerRankCommand(),
+			learnerNodeCommand(),
 		},
 	}
 	addExamples(app)

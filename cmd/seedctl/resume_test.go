@@ -148,7 +148,7 @@ func resumeAfterKill(t *testing.T, nproc int, zero bool) {
 	deps := tinyDeps()
 	if nproc > 1 {
 		t.Setenv("SEEDCTL_TEST_AS_MAIN", "1") // the ranks are this binary run as seedctl
-		deps.NewLearner = newDistLearner("cpu", nproc, zero)
+		deps.NewLearner = localRanks(nproc, zero, defaultDistTimeout)
 	}
 	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
 	// Training is not bit-deterministic run to run (docs/architecture.md, known issues:

@@ -156,23 +156,34 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "trainer device: cpu or cuda"},
 			&cli.IntFlag{Name: "nproc", Value: 1, Usage: "learner ranks on this host (data parallelism over libtorch's c10d, Gloo, CPU): each trains on 1/N of every step's rows"},
 			&cli.BoolFlag{Name: "zero", Usage: "with --nproc N: shard AdamW's moments across the ranks (ZeRO-1; each rank keeps about 1/N)"},
+			&cli.IntFlag{Name: "world-size", Usage: "all learner ranks, on every host (default: --nproc); the ranks beyond this host's dial --listen (seedctl learner-node there)"},
+			&cli.StringFlag{Name: "listen", Value: ":29501", Usage: "with --world-size: where the other hosts' ranks dial in (HOST:PORT)"},
+			&cli.StringFlag{Name: "master-addr", Usage: "with --world-size: this host's address as the other hosts reach it (c10d's rendezvous)"},
+			&cli.IntFlag{Name: "master-port", Usage: "c10d's rendezvous port on this host (default: a free port on one host, 29500 with --world-size)"},
+			&cli.DurationFlag{Name: "dist-timeout", Value: defaultDistTimeout, Usage: "bound on the rendezvous, waiting for other hosts' ranks, and every collective: a dead rank stops the run after it"},
 		},
 		Action: func(c *cli.Context) error {
 			log := logger(c)
-			nproc := c.Int("nproc")
+			dist := distOptions{device: c.String("device"), nproc: c.Int("nproc"), world: c.Int("world-size"), listen: c.String("listen"),
+				masterAddr: c.String("master-addr"), masterPort: c.Int("master-port"), zero: c.Bool("zero"), timeout: c.Duration("dist-timeout")}
+			if dist.world > dist.nproc && dist.masterPort == 0 {
+				dist.masterPort = 29500
+			}
+			ranks := dist.ranks()
+			if err := dist.validate(); err != nil {
+				return cli.Exit("run: "+err.Error(), 2)
+			}
 			switch {
-			case nproc < 1:
-				return cli.Exit(fmt.Sprintf("run: --nproc %d: want 1 or more learner ranks", nproc), 2)
-			case nproc > 1 && c.String("device") != "cpu":
-				return cli.Exit(fmt.Sprintf("run: --nproc %d with --device %s: the process group is Gloo (CPU) for now; NCCL for GPUs is not bound yet", nproc, c.String("device")), 2)
-			case c.Bool("zero") && nproc < 2:
+			case ranks > 1 && c.String("device") != "cpu":
+				return cli.Exit(fmt.Sprintf("run: %d learner ranks with --device %s: the process group is Gloo (CPU) for now; NCCL for GPUs is not bound yet", ranks, c.String("device")), 2)
+			case c.Bool("zero") && ranks < 2:
 				return cli.Exit("run: --zero shards the optimizer across learner ranks: give --nproc 2 or more", 2)
-			case nproc > 1 && !trainer.DistAvailable():
-				return cli.Exit(fmt.Sprintf("run: --nproc %d: this libtorch build has no Gloo process group (Debian's libtorch with libgloo-dev has: ./setup.sh)", nproc), 2)
+			case ranks > 1 && !trainer.DistAvailable():
+				return cli.Exit(fmt.Sprintf("run: %d learner ranks: this libtorch build has no Gloo process group (Debian's libtorch with libgloo-dev has: ./setup.sh)", ranks), 2)
 			}
 			learners := newLearner(c.String("device"))
-			if nproc > 1 {
-				learners = newDistLearner(c.String("device"), nproc, c.Bool("zero"))
+			if ranks > 1 {
+				learners = newDistLearner(dist, log)
 			}
 			warnForcedAVX2(log, c.String("device"))
 			deps := orchestrator.Deps{NewLearner: learners, Log: log, Progress: c.App.ErrWriter}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -454,6 +455,11 @@ func TestRunStopsAtPlateau(t *testing.T) {
 	}
 }
 
+// localRanks is run --nproc n's learner factory (ranks on this host).
+func localRanks(n int, zero bool, timeout time.Duration) orchestrator.LearnerFactory {
+	return newDistLearner(distOptions{device: "cpu", nproc: n, zero: zero, timeout: timeout}, zerolog.Nop())
+}
+
 // run --nproc 2: rank 0 in this process, rank 1 a child process (this test
 // binary as seedctl learner-rank), data-parallel over c10d. Stage 1 and the
 // first iteration see the same data as one process, so their losses and
@@ -484,7 +490,31 @@ func TestRunDataParallelMatchesOneProcess(t *testing.T) {
 		return lines
 	}
 	one := run("one", newLearner("cpu"))
-	two := run("two", newDistLearner("cpu", 2, false))
+	two := run("two", localRanks(2, false, defaultDistTimeout))
+	// The same with rank 1 on "another host": a learner-node process that
+	// dials the run's ranks port, as on a second machine.
+	port, err := freeLoopbackPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var node *exec.Cmd
+	listening = func(addr string) {
+		node = exec.Command(os.Args[0], "learner-node", "--connect", addr, "--nproc", "1")
+		node.Env = append(os.Environ(), "SEEDCTL_TEST_AS_MAIN=1")
+		node.Stderr = os.Stderr
+		if err := node.Start(); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { listening = nil }()
+	remote := run("remote", newDistLearner(distOptions{device: "cpu", nproc: 1, world: 2, listen: "127.0.0.1:0",
+		masterAddr: "127.0.0.1", masterPort: port, timeout: time.Minute}, zerolog.Nop()))
+	if node == nil {
+		t.Fatal("the run never listened for the other host's rank")
+	}
+	if err := node.Wait(); err != nil {
+		t.Errorf("learner-node: %v", err)
+	}
 	pick := func(lines []orchestrator.MetricsLine, kind string) map[string]float64 {
 		for _, l := range lines {
 			if l.Kind == kind {
@@ -497,11 +527,48 @@ func TestRunDataParallelMatchesOneProcess(t *testing.T) {
 	for _, c := range []struct{ kind, key string }{
 		{"stage1", "sft_final_loss"}, {"iteration", "loss"}, {"iteration", "grad_norm"}, {"iteration", "tokens"}, {"iteration", "rows"},
 	} {
-		a, b := pick(one, c.kind)[c.key], pick(two, c.kind)[c.key]
-		if math.Abs(a-b) > 1e-4*math.Max(1, math.Abs(a)) {
-			t.Errorf("%s %s: one process %v, two ranks %v", c.kind, c.key, a, b)
+		a, b, r := pick(one, c.kind)[c.key], pick(two, c.kind)[c.key], pick(remote, c.kind)[c.key]
+		if math.Abs(a-b) > 1e-4*math.Max(1, math.Abs(a)) || math.Abs(a-r) > 1e-4*math.Max(1, math.Abs(a)) {
+			t.Errorf("%s %s: one process %v, two ranks %v, a rank dialled in %v", c.kind, c.key, a, b, r)
 		}
-		t.Logf("%s %s: one process %v, two ranks %v", c.kind, c.key, a, b)
+		t.Logf("%s %s: one process %v, two ranks %v, a rank dialled in %v", c.kind, c.key, a, b, r)
+	}
+}
+
+// Ranks of other hosts that never dial in stop the run at --dist-timeout,
+// saying how many came; a rank whose host lacks the policy's path says so
+// before the rendezvous; the flags refuse a layout that cannot work.
+func TestOtherHostsRanksFailClearly(t *testing.T) {
+	if !trainer.DistAvailable() {
+		t.Skip("this libtorch build has no Gloo process group")
+	}
+	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
+	spec := orchestrator.LearnerSpec{Policy: cfg.Model, Reference: cfg.Model, RL: cfg.RL, Temperature: 1}
+	start := time.Now()
+	_, err := newDistLearner(distOptions{device: "cpu", nproc: 1, world: 3, listen: "127.0.0.1:0", masterAddr: "127.0.0.1", masterPort: 29999, timeout: 2 * time.Second}, zerolog.Nop())(spec)
+	if err == nil || !strings.Contains(err.Error(), "0 of 2 dialled in within 2s (--dist-timeout)") {
+		t.Errorf("no other host's rank came: %v", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("gave up after %v", d)
+	}
+	var out bytes.Buffer
+	in := `{"op":"load","spec":{"policy":"/nowhere/policy"},"dist":{"addr":"127.0.0.1","port":29999,"rank":1,"world":2,"timeout_s":5}}` + "\n"
+	if err := serveLearnerRank(context.Background(), "cpu", strings.NewReader(in), &out); err == nil || !strings.Contains(out.String(), "same path on every host") {
+		t.Errorf("a rank without the policy's path: %v, answered %s", err, out.String())
+	}
+	for _, c := range []struct {
+		o    distOptions
+		want string
+	}{
+		{distOptions{nproc: 2, world: 1, timeout: time.Second}, "below --nproc"},
+		{distOptions{nproc: 1, world: 2, listen: ":0", timeout: time.Second}, "--master-addr"},
+		{distOptions{nproc: 1, world: 2, masterAddr: "h", timeout: time.Second}, "--listen"},
+		{distOptions{nproc: 2, timeout: 0}, "--dist-timeout"},
+	} {
+		if err := c.o.validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want it to name %s", c.o, err, c.want)
+		}
 	}
 }
 
@@ -513,14 +580,12 @@ func TestRunStopsWhenARankDies(t *testing.T) {
 		t.Skip("this libtorch build has no Gloo process group")
 	}
 	t.Setenv("SEEDCTL_TEST_AS_MAIN", "1")
-	defer func(d time.Duration) { distTimeout = d }(distTimeout)
-	distTimeout = 15 * time.Second
 	var worker *os.Process
 	rankStarted = func(_ int, p *os.Process) { worker = p }
 	defer func() { rankStarted = nil }()
 	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
 	cfg.Name, cfg.Iterations = "killed", 2
-	deps := orchestrator.Deps{NewLearner: newDistLearner("cpu", 2, false), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop()),
+	deps := orchestrator.Deps{NewLearner: localRanks(2, false, 15*time.Second), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop()),
 		AfterPhase: func(k int, phase string) {
 			if k == 2 && phase == "rescore" && worker != nil {
 				worker.Kill() // before iteration 2's update
@@ -560,7 +625,7 @@ func TestDistLearnerRescoresLikeOneLearner(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer one.Close()
-	three, err := newDistLearner("cpu", 3, false)(spec)
+	three, err := localRanks(3, false, defaultDistTimeout)(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
