@@ -59,7 +59,7 @@ bench *ARGS: build
 bench-quick *ARGS: build
     ./bin/seedctl bench --quick {{ARGS}}
 
-# Trainer tokens/s and MFU (with PyTorch eager side by side), SFT micro-batch sizes and OpenBLAS AVX2/AVX-512 kernels side by side, embedded server tokens/s at 1–64 requests, env and rollout overhead
+# Trainer tokens/s and MFU (with PyTorch eager side by side), 2 data-parallel ranks against 1, SFT micro-batch sizes and OpenBLAS AVX2/AVX-512 kernels side by side, embedded server tokens/s at 1–64 requests, env and rollout overhead
 bench-throughput:
     #!/usr/bin/env bash
     set -euo pipefail
@@ -70,6 +70,7 @@ bench-throughput:
       go test ./trainer -run '^$' -bench Recompute -benchtime 10x
       go test ./trainer -run '^$' -bench ChunkedAttention -benchtime 3x
       go test ./trainer -run '^$' -bench BLASCore -benchtime 2x
+      go test ./trainer -run '^$' -bench DataParallelStep -benchtime 10x
       go test ./inference/server -run '^$' -bench Serve -benchtime 1x
       go test ./inference/server -run '^$' -bench SampleQwenVocab -benchtime 20x
       go test ./envadapters/... -run '^$' -bench .

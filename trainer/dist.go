@@ -99,6 +99,38 @@ type ProcessGroup struct {
 	h           unsafe.Pointer
 	rank, world int
 	bucketBytes int64
+	comm        CommStats // since the group was formed
+}
+
+// CommStats is what a rank spent in collectives: wall time inside them
+// (waiting for slower ranks included) and the bytes of the tensors it
+// handed them. A ring all-reduce sends about 2(N−1)/N of a tensor's bytes
+// per rank over the wire; a broadcast sends the root's tensor to N−1.
+type CommStats struct {
+	Seconds float64 `json:"comm_s"`
+	Bytes   int64   `json:"comm_bytes"`
+	Calls   int     `json:"comm_calls"`
+}
+
+// Sub is s − o (the part of s after the snapshot o).
+func (s CommStats) Sub(o CommStats) CommStats {
+	return CommStats{Seconds: s.Seconds - o.Seconds, Bytes: s.Bytes - o.Bytes, Calls: s.Calls - o.Calls}
+}
+
+// Comm is what this rank has spent in collectives since the group formed.
+func (g *ProcessGroup) Comm() CommStats { return g.comm }
+
+// count adds one collective over xs that began at start.
+func (g *ProcessGroup) count(xs []*ts.Tensor, start time.Time) {
+	g.comm.Seconds += time.Since(start).Seconds()
+	g.comm.Calls++
+	for _, x := range xs {
+		n := int64(x.DType().Size())
+		for _, d := range x.MustSize() {
+			n *= d
+		}
+		g.comm.Bytes += n
+	}
 }
 
 // NewProcessGroup joins the group cfg names; it returns when all World
@@ -147,6 +179,7 @@ func ptrs(xs []*ts.Tensor) []unsafe.Pointer {
 
 // AllReduceSum sums the tensors across the group, in place.
 func (g *ProcessGroup) AllReduceSum(xs []*ts.Tensor) error {
+	defer g.count(xs, time.Now())
 	if err := c10d.AllReduce(g.h, ptrs(xs), c10d.Sum); err != nil {
 		return fmt.Errorf("dist: rank %d: all-reduce: %w", g.rank, err)
 	}
@@ -155,6 +188,7 @@ func (g *ProcessGroup) AllReduceSum(xs []*ts.Tensor) error {
 
 // Broadcast copies root's tensors to every rank, in place.
 func (g *ProcessGroup) Broadcast(xs []*ts.Tensor, root int) error {
+	defer g.count(xs, time.Now())
 	if err := c10d.Broadcast(g.h, ptrs(xs), root); err != nil {
 		return fmt.Errorf("dist: rank %d: broadcast from %d: %w", g.rank, root, err)
 	}
@@ -178,6 +212,7 @@ func (g *ProcessGroup) reduceFloats(v []float64, op int) (out []float64, err err
 	defer guard(&err, "dist: reducing statistics")
 	t := ts.MustOfSlice(v)
 	defer drop(t)
+	defer g.count([]*ts.Tensor{t}, time.Now())
 	if err := c10d.AllReduce(g.h, []unsafe.Pointer{t.Ctensor()}, op); err != nil {
 		return nil, fmt.Errorf("dist: rank %d: all-reduce of %d numbers: %w", g.rank, len(v), err)
 	}

@@ -221,6 +221,13 @@ func TestDataParallelRLStepEqualsSingleProcess(t *testing.T) {
 			for k, w := range want {
 				for r := range world {
 					s := stats[r][k]
+					// Every step all-reduces at least each float32 gradient once.
+					if s.CommStats == nil || s.CommStats.Bytes < 4*18752 || s.CommStats.Calls < 2 || s.CommStats.Seconds <= 0 {
+						t.Errorf("step %d rank %d: collectives %+v, want at least the 18,752 gradients' bytes", k, r, s.CommStats)
+					}
+					if w.CommStats != nil {
+						t.Errorf("one process reports collectives: %+v", w.CommStats)
+					}
 					if s.Tokens != w.Tokens || s.DistillTokens != w.DistillTokens || s.Sequences != w.Sequences ||
 						math.Abs(s.Loss-w.Loss) > 1e-6 || math.Abs(s.GradNorm-w.GradNorm) > 1e-5*w.GradNorm ||
 						math.Abs(s.GateMean-w.GateMean) > 1e-6 || math.Abs(s.ClipFrac-w.ClipFrac) > 1e-9 || math.Abs(s.Entropy-w.Entropy) > 1e-6 {

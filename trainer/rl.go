@@ -148,6 +148,10 @@ type RLStats struct {
 	MicroBatches  int           `json:"micro_batches"`
 	TokensPerSec  float64       `json:"tokens_per_s"`
 	Elapsed       time.Duration `json:"elapsed_ns"`
+	// Comm is this rank's time and bytes in the step's collectives (data
+	// parallelism only: the counts' and statistics' reductions, the
+	// gradients' buckets, a sharded optimizer's weight broadcasts).
+	*CommStats `json:",omitempty"`
 }
 
 // tokenTerms are one token's contributions to the loss and the derivative
@@ -348,6 +352,11 @@ func (m *Model) rlStep(opt *Optimizer, g *ProcessGroup, batch []RLSequence, cfg 
 	}
 	nSeq := len(batch)
 	if g != nil {
+		c0 := g.Comm()
+		defer func() {
+			c := g.Comm().Sub(c0)
+			st.CommStats = &c
+		}()
 		// The whole batch's counts: every rank's token means divide by
 		// them, so the gradients summed across ranks are the
 		// single-process step's.
