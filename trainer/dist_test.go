@@ -43,6 +43,12 @@ func freePort(t *testing.T) int {
 // returns their errors.
 func onRanks(t *testing.T, world int, fn func(g *ProcessGroup) error) []error {
 	t.Helper()
+	return onRanksAt(t, "127.0.0.1", world, fn)
+}
+
+// onRanksAt is onRanks with the rendezvous at addr.
+func onRanksAt(t *testing.T, addr string, world int, fn func(g *ProcessGroup) error) []error {
+	t.Helper()
 	defer debug.SetGCPercent(debug.SetGCPercent(100)) // the steps' GC switching interleaves across ranks
 	port := freePort(t)
 	errs := make([]error, world)
@@ -52,7 +58,7 @@ func onRanks(t *testing.T, world int, fn func(g *ProcessGroup) error) []error {
 		go func(r int) {
 			defer wg.Done()
 			cfg := DefaultDistConfig()
-			cfg.Port, cfg.Rank, cfg.World, cfg.Timeout = port, r, world, 60*time.Second
+			cfg.Addr, cfg.Port, cfg.Rank, cfg.World, cfg.Timeout = addr, port, r, world, 60*time.Second
 			g, err := NewProcessGroup(cfg)
 			if err != nil {
 				errs[r] = err
@@ -105,6 +111,50 @@ func TestProcessGroupCollectives(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// With the rendezvous at a host address (several hosts), each rank's Gloo
+// device is its own host's (GLOO_SOCKET_IFNAME's interface, or what its
+// name resolves to), not the master's address: the collectives work both
+// ways. (Before, every rank bound the master's address, which on another
+// host is not a local one; one host cannot show that failure, only that
+// the new choices work.)
+func TestProcessGroupAtAHostAddress(t *testing.T) {
+	needDist(t)
+	var addr, iface string
+	ifs, _ := net.Interfaces()
+	for _, in := range ifs {
+		addrs, _ := in.Addrs()
+		for _, a := range addrs {
+			if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil && !ip.IP.IsLoopback() && in.Flags&net.FlagUp != 0 && addr == "" {
+				addr, iface = ip.IP.String(), in.Name
+			}
+		}
+	}
+	if addr == "" {
+		t.Skip("no IPv4 address besides loopback")
+	}
+	for _, ifname := range []string{"", iface} {
+		t.Run("GLOO_SOCKET_IFNAME="+ifname, func(t *testing.T) {
+			t.Setenv("GLOO_SOCKET_IFNAME", ifname)
+			errs := onRanksAt(t, addr, 2, func(g *ProcessGroup) error {
+				x := ts.MustOfSlice([]float32{float32(g.Rank() + 1)})
+				defer drop(x)
+				if err := g.AllReduceSum([]*ts.Tensor{x}); err != nil {
+					return err
+				}
+				if v := x.Float64Values()[0]; v != 3 {
+					return fmt.Errorf("sum %v, want 3", v)
+				}
+				return nil
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Errorf("rank %d at %s: %v", r, addr, err)
+				}
+			}
+		})
 	}
 }
 

@@ -37,6 +37,18 @@ std::vector<at::Tensor> tensors(seed_tensor *ts, int n) {
   for (int i = 0; i < n; i++) out.push_back(T(ts[i]));
   return out;
 }
+// gloo_device is the network device this rank's Gloo pairs use: the
+// interface GLOO_SOCKET_IFNAME names (as in PyTorch), loopback when the
+// rendezvous is on loopback (one host), else the address this host's name
+// resolves to (PyTorch's default). Never the master's address: on another
+// host that is not a local one.
+std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string &master) {
+  const char *ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  if (ifname && *ifname) return c10d::ProcessGroupGloo::createDeviceForInterface(std::string(ifname));
+  if (master == "127.0.0.1" || master == "localhost" || master == "::1")
+    return c10d::ProcessGroupGloo::createDeviceForHostname(master);
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
 }  // namespace
 
 extern "C" {
@@ -54,7 +66,7 @@ seed_pg seed_c10d_new(const char *host, int port, int rank, int world, int64_t t
     auto g = std::make_unique<Group>();
     g->store = c10::make_intrusive<c10d::TCPStore>(std::string(host), so);
     auto opts = c10d::ProcessGroupGloo::Options::create();
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(std::string(host)));
+    opts->devices.push_back(gloo_device(std::string(host)));
     opts->timeout = std::chrono::milliseconds(timeout_ms);
     g->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(g->store, rank, world, opts);
     g->rank = rank;
