@@ -14,8 +14,13 @@ import (
 // A SeqCache is not safe for concurrent use.
 type SeqCache struct {
 	model  *Model
-	k, v   []*ts.Tensor // per layer [1, nKV, S, headDim]
+	k, v   []*ts.Tensor // per layer [1, nKV, S, headDim]; nil while in a decode group
 	tokens []int
+	// grp is the decode group holding this sequence's keys and values
+	// (row row of its batched tensors) since the last DecodeBatch; nil
+	// when the cache holds them itself.
+	grp *decodeGroup
+	row int
 }
 
 // ErrCacheModel means a cache was used with a model other than its own.
@@ -37,6 +42,7 @@ func (c *SeqCache) Model() *Model { return c.model }
 
 // Free releases the cached tensors.
 func (c *SeqCache) Free() {
+	c.leaveGroup()
 	for i := range c.k {
 		drop(c.k[i], c.v[i])
 		c.k[i], c.v[i] = nil, nil
@@ -50,6 +56,7 @@ func (c *SeqCache) Fork(n int) (out *SeqCache, err error) {
 		return nil, fmt.Errorf("forking a %d-token cache at %d", c.Len(), n)
 	}
 	defer guard(&err, "forking a sequence cache")
+	c.leaveGroup()
 	out = c.model.NewSeqCache()
 	out.tokens = append([]int(nil), c.tokens[:n]...)
 	if n == 0 {
@@ -66,6 +73,14 @@ func (c *SeqCache) extend(li int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
 	return appendKV(&c.k[li], &c.v[li], k, v)
 }
 
+// leaveGroup takes the sequence's keys and values back from its decode
+// group (a copy of its row), before anything but DecodeBatch uses them.
+func (c *SeqCache) leaveGroup() {
+	if c.grp != nil {
+		c.grp.detach(c)
+	}
+}
+
 // Extend feeds ids to one sequence, appending them to its cache, and returns
 // the float32 logits after the last of them (the next-token distribution).
 func (m *Model) Extend(c *SeqCache, ids []int) (last []float32, err error) {
@@ -76,6 +91,7 @@ func (m *Model) Extend(c *SeqCache, ids []int) (last []float32, err error) {
 		return nil, fmt.Errorf("extending a sequence: no tokens")
 	}
 	defer guard(&err, "extending a sequence")
+	c.leaveGroup()
 	past := c.Len()
 	flat := make([]int64, len(ids))
 	pos := make([]float32, len(ids))
@@ -102,51 +118,176 @@ func (m *Model) Extend(c *SeqCache, ids []int) (last []float32, err error) {
 	return last, nil
 }
 
-// batchStore lets sequences of different lengths attend in one batch: each
-// row's past keys are left-padded to the longest, and the padding is masked.
-type batchStore struct {
-	seqs []*SeqCache
+// decodeGroup is the keys and values of the sequences one DecodeBatch
+// advanced, kept batched per layer as [B, nKV, smax, hd] (each row's past
+// right-aligned, zeros to its left), so that the next step over the same
+// sequences appends one column per layer — two ops — instead of padding
+// and concatenating every sequence's cache again (about eight ops per
+// sequence and layer, the batched decode's main cost at 64 sequences).
+// Members' own caches are empty meanwhile; a sequence used any other way
+// (Extend, Fork, Free, another batch) takes its row back first (detach).
+// When some members stop (finished requests), the rows of the rest are
+// selected in one op per layer.
+type decodeGroup struct {
+	seqs []*SeqCache // by row; nil where a member left
+	k, v []*ts.Tensor
 	smax int
+	lens []int // each row's cached positions
+	// fresh: the tensors are built in this step's forward from the
+	// members' own caches (a new group).
+	fresh bool
 }
 
-func (s *batchStore) extend(li int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
-	sz := k.MustSize() // [B, nKV, 1, hd]
-	var kp, vp []*ts.Tensor
-	var owned []*ts.Tensor
-	for _, c := range s.seqs {
-		n := c.Len()
-		kb, vb := c.k[li], c.v[li]
-		if pad := s.smax - n; pad > 0 {
-			z := must(ts.Zeros([]int64{1, sz[1], int64(pad), sz[3]}, k.DType(), k.MustDevice()))
-			owned = append(owned, z)
-			if n > 0 {
-				kb = must(ts.Cat([]*ts.Tensor{z, kb}, 2))
-				vb = must(ts.Cat([]*ts.Tensor{z, vb}, 2))
-				owned = append(owned, kb, vb)
-			} else {
-				kb, vb = z, z
+// rowOf is row b's n positions (of smax, right-aligned) as its own tensor.
+func rowOf(t *ts.Tensor, b, pad, n int64) *ts.Tensor {
+	r := must(t.Narrow(0, b, 1, false))
+	x := must(r.Narrow(2, pad, n, false))
+	y := must(x.Contiguous(false))
+	drop(r, x)
+	return y
+}
+
+// detach gives c its row back and takes it out of the group.
+func (g *decodeGroup) detach(c *SeqCache) {
+	b := c.row
+	if n := g.lens[b]; n > 0 {
+		// After a failed step the new column may be in some layers: the
+		// row is the n positions after the padding either way.
+		pad := int64(g.smax - n)
+		withoutGrad(func() {
+			for li := range g.k {
+				if g.k[li] == nil {
+					continue // a fresh group that failed before this layer: c keeps its own
+				}
+				drop(c.k[li], c.v[li])
+				c.k[li] = rowOf(g.k[li], int64(b), pad, int64(n))
+				c.v[li] = rowOf(g.v[li], int64(b), pad, int64(n))
+			}
+		})
+	}
+	g.seqs[b], c.grp = nil, nil
+	for _, m := range g.seqs {
+		if m != nil {
+			return
+		}
+	}
+	g.free() // the last member left
+}
+
+func (g *decodeGroup) free() {
+	for li := range g.k {
+		drop(g.k[li], g.v[li])
+		g.k[li], g.v[li] = nil, nil
+	}
+}
+
+// keep narrows the group to the given rows (increasing), dropping the
+// left padding no remaining row needs.
+func (g *decodeGroup) keep(rows []int) {
+	smax := 0
+	for _, r := range rows {
+		smax = max(smax, g.lens[r])
+	}
+	idx := make([]int64, len(rows))
+	for i, r := range rows {
+		idx[i] = int64(r)
+	}
+	withoutGrad(func() {
+		at := must(must(ts.OfSlice(idx)).To(g.k[0].MustDevice(), true))
+		for li := range g.k {
+			for _, t := range []**ts.Tensor{&g.k[li], &g.v[li]} {
+				sel := must((*t).IndexSelect(0, at, false))
+				if trim := int64(g.smax - smax); trim > 0 {
+					sel = must(sel.Narrow(2, trim, int64(smax), true))
+				}
+				drop(*t)
+				*t = sel
 			}
 		}
-		kp, vp = append(kp, kb), append(vp, vb)
+		drop(at)
+	})
+	seqs, lens := make([]*SeqCache, len(rows)), make([]int, len(rows))
+	for i, r := range rows {
+		seqs[i], lens[i] = g.seqs[r], g.lens[r]
+		seqs[i].row = i
 	}
-	var K, V *ts.Tensor
-	if s.smax > 0 {
-		kPast := must(ts.Cat(kp, 0))
-		vPast := must(ts.Cat(vp, 0))
-		K = must(ts.Cat([]*ts.Tensor{kPast, k}, 2))
-		V = must(ts.Cat([]*ts.Tensor{vPast, v}, 2))
-		drop(kPast, vPast)
-	} else {
-		K, V = must(k.ShallowClone()), must(v.ShallowClone())
+	g.seqs, g.lens, g.smax = seqs, lens, smax
+}
+
+// extend appends this step's keys and values (one column per row) and
+// returns the batch's K, V. A fresh group first gathers the members' own
+// caches, left-padded to the longest, and frees them.
+func (g *decodeGroup) extend(li int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
+	if g.fresh && g.smax > 0 {
+		sz := k.MustSize() // [B, nKV, 1, hd]
+		var kp, vp, owned []*ts.Tensor
+		for b, c := range g.seqs {
+			n := g.lens[b]
+			kb, vb := c.k[li], c.v[li]
+			if pad := g.smax - n; pad > 0 {
+				z := must(ts.Zeros([]int64{1, sz[1], int64(pad), sz[3]}, k.DType(), k.MustDevice()))
+				owned = append(owned, z)
+				if n > 0 {
+					kb = must(ts.Cat([]*ts.Tensor{z, kb}, 2))
+					vb = must(ts.Cat([]*ts.Tensor{z, vb}, 2))
+					owned = append(owned, kb, vb)
+				} else {
+					kb, vb = z, z
+				}
+			}
+			kp, vp = append(kp, kb), append(vp, vb)
+		}
+		g.k[li], g.v[li] = must(ts.Cat(kp, 0)), must(ts.Cat(vp, 0))
+		drop(owned...)
+		for _, c := range g.seqs {
+			drop(c.k[li], c.v[li])
+			c.k[li], c.v[li] = nil, nil
+		}
 	}
-	drop(owned...)
-	for b, c := range s.seqs {
-		kb := must(k.Narrow(0, int64(b), 1, false))
-		vb := must(v.Narrow(0, int64(b), 1, false))
-		c.extend(li, kb, vb)
+	return appendKV(&g.k[li], &g.v[li], k, v)
+}
+
+// decodeGroupFor returns the group DecodeBatch advances cs in: their
+// current one when cs are its members in row order (the rows of members
+// that left are dropped), else a fresh one (members of other groups take
+// their rows back first).
+func decodeGroupFor(cs []*SeqCache, layers int) *decodeGroup {
+	if g := cs[0].grp; g != nil {
+		prev, ok := -1, true
+		for _, c := range cs {
+			if c.grp != g || c.row <= prev || g.lens[c.row] != c.Len() {
+				ok = false
+				break
+			}
+			prev = c.row
+		}
+		if ok {
+			if len(cs) < len(g.seqs) {
+				in := make([]bool, len(g.seqs))
+				rows := make([]int, len(cs))
+				for i, c := range cs {
+					in[c.row], rows[i] = true, c.row
+				}
+				for r, c := range g.seqs {
+					if c != nil && !in[r] {
+						g.detach(c)
+					}
+				}
+				g.keep(rows)
+			}
+			g.fresh = false
+			return g
+		}
 	}
-	drop(k, v)
-	return K, V
+	for _, c := range cs {
+		c.leaveGroup()
+	}
+	g := &decodeGroup{seqs: append([]*SeqCache(nil), cs...), k: make([]*ts.Tensor, layers), v: make([]*ts.Tensor, layers), lens: make([]int, len(cs)), fresh: true}
+	for i, c := range cs {
+		g.lens[i], g.smax = c.Len(), max(g.smax, c.Len())
+		c.grp, c.row = g, i
+	}
+	return g
 }
 
 // DecodeBatch feeds one token to each sequence in a single batched forward
@@ -169,6 +310,16 @@ func (m *Model) DecodeBatch(cs []*SeqCache, ids []int) (out [][]float32, err err
 		smax = max(smax, c.Len())
 		flat[i], pos[i] = int64(ids[i]), float32(c.Len())
 	}
+	var g *decodeGroup
+	defer func() { // runs after guard turned a panic into err
+		if err != nil && g != nil { // the members take back what they had before the step
+			for _, c := range g.seqs {
+				if c != nil {
+					g.detach(c)
+				}
+			}
+		}
+	}()
 	defer guard(&err, "batched decode")
 	b := len(cs)
 	// Row b sees its own past (the last Len(b) of smax slots) and itself.
@@ -182,7 +333,12 @@ func (m *Model) DecodeBatch(cs []*SeqCache, ids []int) (out [][]float32, err err
 	withoutGrad(func() {
 		full := fromSlice(vals, []int64{int64(b), 1, 1, int64(smax + 1)})
 		mask := &attnMask{full: must(full.To(m.device, true))}
-		logits := m.run(flat, pos, int64(b), 1, mask, &batchStore{seqs: cs, smax: smax})
+		g = decodeGroupFor(cs, len(m.layers))
+		logits := m.run(flat, pos, int64(b), 1, mask, g)
+		g.smax++
+		for i := range g.lens {
+			g.lens[i]++
+		}
 		mask.free()
 		flatLogits := must(logits.View([]int64{int64(b), -1}, true))
 		out = rows2D(flatLogits)

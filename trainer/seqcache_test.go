@@ -3,6 +3,7 @@ package trainer
 import (
 	"fmt"
 	"math"
+	"runtime/debug"
 	"testing"
 )
 
@@ -101,5 +102,92 @@ func TestSeqCacheForkReusesPrefix(t *testing.T) {
 	other, _ := newTiny(t, ArchQwen2, 8)
 	if _, err := other.Extend(c, []int{1}); err != ErrCacheModel {
 		t.Errorf("foreign cache: err = %v", err)
+	}
+}
+
+// TestDecodeGroupsFollowMembership: continuous batching changes the batch
+// between steps — sequences pause, rejoin, join after their prefill, leave
+// in another order, are forked or freed mid-run — and every sequence still
+// decodes what it would alone; when all are freed no tensor is left.
+func TestDecodeGroupsFollowMembership(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // no finalizer frees a leak behind the count's back
+	m, _ := newTiny(t, ArchQwen2, 17)
+	base := LiveTensors()
+	prompts := [][]int{{5, 9, 2}, {1, 2, 3, 4, 5, 6, 7}, {42}, {8, 8, 3, 1}}
+	caches := make([]*SeqCache, len(prompts))
+	next := make([]int, len(prompts))
+	got := make([][]int, len(prompts))
+	start := func(i int) {
+		caches[i] = m.NewSeqCache()
+		last, err := m.Extend(caches[i], prompts[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		next[i] = argmax(last)
+		got[i] = []int{next[i]}
+	}
+	step := func(rows ...int) {
+		t.Helper()
+		cs, ids := make([]*SeqCache, len(rows)), make([]int, len(rows))
+		for k, i := range rows {
+			cs[k], ids[k] = caches[i], next[i]
+		}
+		logits, err := m.DecodeBatch(cs, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, i := range rows {
+			next[i] = argmax(logits[k])
+			got[i] = append(got[i], next[i])
+		}
+	}
+	start(0)
+	start(1)
+	start(2)
+	step(0, 1, 2)
+	step(0, 1, 2) // the same group: one column appended
+	step(0, 2)    // 1 pauses: its row is taken back
+	start(3)
+	step(0, 1, 2, 3) // 1 rejoins, 3 joins after its prefill: a fresh group
+	// A member forked between steps: the fork continues alone like a fresh cache.
+	seq := caches[0].Tokens() // the fork keeps all but the last, then is fed it
+	f, err := caches[0].Fork(len(seq) - 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step(3, 2, 1) // another order: a fresh group again
+	step(3, 2, 1)
+	step(2, 1) // 3 leaves (the longest row but one)
+	caches[3].Free()
+	step(2, 1)
+	step(0)
+	for i, p := range prompts {
+		want, err := m.Greedy(p, len(got[i]), nil, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got[i]) != fmt.Sprint(want) {
+			t.Errorf("sequence %d: batched %v, alone %v", i, got[i], want)
+		}
+	}
+	fresh := m.NewSeqCache()
+	if _, err := m.Extend(fresh, seq[:len(seq)-1]); err != nil {
+		t.Fatal(err)
+	}
+	gotF, err := m.Extend(f, seq[len(seq)-1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := m.Extend(fresh, seq[len(seq)-1:])
+	for v := range want {
+		if math.Abs(float64(gotF[v]-want[v])) > 1e-4 {
+			t.Fatalf("the forked member's logits differ at %d: %v vs %v", v, gotF[v], want[v])
+		}
+	}
+	for _, c := range append(caches, f, fresh) {
+		c.Free()
+	}
+	if n := LiveTensors(); n != base {
+		t.Errorf("%d tensors live after every cache was freed, %d before", n, base)
 	}
 }
