@@ -53,8 +53,11 @@ func benchServer(b *testing.B) *Server {
 
 // BenchmarkServe measures generated tokens/s with 1, 4, 16 and 64
 // concurrent requests (64 new tokens each after a 48-token prompt), the
-// batched/single throughput ratio, and teacher-forced scoring tokens/s, all
-// in one run.
+// batched/single throughput ratio, the per-token latency each request
+// sees at 64 against 1 (its time from first to last token over its tokens),
+// prefill tokens/s with 1 and 16 prompts admitted together (max_tokens 1:
+// the prompt's forward and one sampled token), and teacher-forced scoring
+// tokens/s, all in one run.
 //
 //	go test ./inference/server -run '^$' -bench Serve -benchtime 1x
 func BenchmarkServe(b *testing.B) {
@@ -66,36 +69,75 @@ func BenchmarkServe(b *testing.B) {
 		prompt[i] = (i*37 + 11) % vocab
 	}
 	p := parsedGen{maxTokens: newTokens, n: 1, ignoreEOS: true, params: samplingParams{Temperature: 1, TopP: 1}}
-	rate := map[int]float64{}
+	// run sends conc requests at once and returns the tokens/s of the whole
+	// and the mean per-token latency a request saw after its first token.
+	run := func(conc int, p parsedGen, promptOf func(c int) []int) (rate, perToken float64) {
+		start := time.Now()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		errs := make(chan error, conc)
+		lat := 0.0
+		for c := 0; c < conc; c++ {
+			wg.Add(1)
+			go func(c int) {
+				defer wg.Done()
+				pp := p
+				seed := int64(c)
+				pp.seed = &seed
+				var first, last time.Time
+				n := 0
+				_, err := s.generate(context.Background(), [][]int{promptOf(c)}, pp, 0, func(int, genEvent, *choiceResult) error {
+					now := time.Now()
+					if n == 0 {
+						first = now
+					}
+					last, n = now, n+1
+					return nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if n > 1 {
+					mu.Lock()
+					lat += last.Sub(first).Seconds() / float64(n-1)
+					mu.Unlock()
+				}
+			}(c)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			b.Fatal(err)
+		}
+		return float64(conc*p.maxTokens) / time.Since(start).Seconds(), lat / float64(conc)
+	}
+	same := func(int) []int { return prompt }
+	rate, lat := map[int]float64{}, map[int]float64{}
 	for i := 0; i < b.N; i++ {
 		for _, conc := range []int{1, 4, 16, 64} {
-			start := time.Now()
-			var wg sync.WaitGroup
-			errs := make(chan error, conc)
-			for c := 0; c < conc; c++ {
-				wg.Add(1)
-				go func(c int) {
-					defer wg.Done()
-					pp := p
-					seed := int64(c)
-					pp.seed = &seed
-					if _, err := s.generate(context.Background(), [][]int{prompt}, pp, 0, nil); err != nil {
-						errs <- err
-					}
-				}(c)
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				b.Fatal(err)
-			}
-			rate[conc] = float64(conc*newTokens) / time.Since(start).Seconds()
+			rate[conc], lat[conc] = run(conc, p, same)
 		}
 	}
 	for _, conc := range []int{1, 4, 16, 64} {
 		b.ReportMetric(rate[conc], fmt.Sprintf("tok/s@%d", conc))
 	}
 	b.ReportMetric(rate[64]/rate[1], "batched64/single")
+	b.ReportMetric(1000*lat[1], "ms/token@1")
+	b.ReportMetric(1000*lat[64], "ms/token@64")
+	b.ReportMetric(lat[64]/lat[1], "latency64/single")
+
+	// Prefill: distinct prompts (no prefix to reuse), one new token each.
+	one := parsedGen{maxTokens: 1, n: 1, ignoreEOS: true, params: samplingParams{Temperature: 1, TopP: 1}}
+	distinct := func(c int) []int {
+		q := append([]int(nil), prompt...)
+		q[0] = (q[0] + 1 + c) % vocab
+		return q
+	}
+	for _, conc := range []int{1, 16} {
+		r, _ := run(conc, one, distinct)
+		b.ReportMetric(r*promptLen, fmt.Sprintf("prefill-tok/s@%d", conc))
+	}
 
 	seqs := make([][]int, 32)
 	for i := range seqs {
