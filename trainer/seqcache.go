@@ -42,7 +42,9 @@ func (c *SeqCache) Model() *Model { return c.model }
 
 // Free releases the cached tensors.
 func (c *SeqCache) Free() {
-	c.leaveGroup()
+	if c.grp != nil {
+		c.grp.drop(c) // no copy of a row about to be freed
+	}
 	for i := range c.k {
 		drop(c.k[i], c.v[i])
 		c.k[i], c.v[i] = nil, nil
@@ -108,14 +110,92 @@ func (m *Model) Extend(c *SeqCache, ids []int) (last []float32, err error) {
 	}
 	withoutGrad(func() {
 		mask := &attnMask{m: m, qSegs: [][]int{segs}, kSegs: [][]int{keySegs}, past: past}
-		logits := m.run(flat, pos, 1, int64(len(ids)), mask, c)
+		hN := m.runTo(flat, pos, 1, int64(len(ids)), mask, c, false)
 		mask.free()
-		lastT := must(must(logits.Narrow(1, int64(len(ids)-1), 1, true)).View([]int64{1, -1}, true))
-		last = rows2D(lastT)[0]
-		drop(lastT)
+		last = m.lastLogits(hN)[0]
 	})
 	c.tokens = append(c.tokens, ids...)
 	return last, nil
+}
+
+// lastLogits applies the LM head to the last position of each row of hN
+// [B, T, hidden] (consumed) and returns the rows' float32 logits: the head
+// never runs over the whole prompt.
+func (m *Model) lastLogits(hN *ts.Tensor) [][]float32 {
+	sz := hN.MustSize()
+	lastH := must(hN.Narrow(1, sz[1]-1, 1, true))
+	logits := linear(lastH, m.lmHead, nil)
+	drop(lastH)
+	flat := must(logits.View([]int64{sz[0], -1}, true))
+	out := rows2D(flat)
+	drop(flat)
+	return out
+}
+
+// PrefillBatch runs the prompts of empty caches in one forward pass, each
+// right-aligned in a batch as long as the longest (the left padding is
+// masked), and returns each one's next-token logits. The caches leave it
+// as one decode group, so the first DecodeBatch over the same sequences
+// appends a column instead of gathering them.
+func (m *Model) PrefillBatch(cs []*SeqCache, prompts [][]int) (out [][]float32, err error) {
+	if len(cs) == 0 || len(cs) != len(prompts) {
+		return nil, fmt.Errorf("batched prefill: %d sequences, %d prompts", len(cs), len(prompts))
+	}
+	t := 0
+	for i, c := range cs {
+		switch {
+		case c.model != m:
+			return nil, ErrCacheModel
+		case c.Len() != 0:
+			return nil, fmt.Errorf("batched prefill: sequence %d has %d cached tokens (Extend continues a sequence)", i, c.Len())
+		case len(prompts[i]) == 0:
+			return nil, fmt.Errorf("batched prefill: prompt %d is empty", i)
+		}
+		for _, id := range prompts[i] {
+			if id < 0 || id >= m.cfg.VocabSize {
+				return nil, fmt.Errorf("batched prefill: token id %d is outside the vocabulary (%d)", id, m.cfg.VocabSize)
+			}
+		}
+		t = max(t, len(prompts[i]))
+	}
+	b := len(cs)
+	flat := make([]int64, b*t)
+	pos := make([]float32, b*t)
+	segs := make([][]int, b)
+	for i, p := range prompts {
+		segs[i] = make([]int, t)
+		off := t - len(p)
+		for j, id := range p {
+			flat[i*t+off+j], pos[i*t+off+j], segs[i][off+j] = int64(id), float32(j), 1
+		}
+	}
+	var g *decodeGroup
+	defer func() { // runs after guard turned a panic into err
+		if err != nil && g != nil {
+			g.free()
+			for _, c := range cs {
+				c.grp = nil
+			}
+		}
+	}()
+	defer guard(&err, "batched prefill")
+	for _, c := range cs {
+		c.leaveGroup()
+	}
+	g = &decodeGroup{seqs: append([]*SeqCache(nil), cs...), k: make([]*ts.Tensor, len(m.layers)), v: make([]*ts.Tensor, len(m.layers)), lens: make([]int, b)}
+	withoutGrad(func() {
+		mask := &attnMask{m: m, qSegs: segs, kSegs: segs}
+		hN := m.runTo(flat, pos, int64(b), int64(t), mask, g, false)
+		mask.free()
+		out = m.lastLogits(hN)
+	})
+	g.smax = t
+	for i, c := range cs {
+		g.lens[i] = len(prompts[i])
+		c.grp, c.row = g, i
+		c.tokens = append([]int(nil), prompts[i]...)
+	}
+	return out, nil
 }
 
 // decodeGroup is the keys and values of the sequences one DecodeBatch
@@ -147,6 +227,21 @@ func rowOf(t *ts.Tensor, b, pad, n int64) *ts.Tensor {
 	return y
 }
 
+// drop takes c out of the group without giving it its row.
+func (g *decodeGroup) drop(c *SeqCache) {
+	g.seqs[c.row], c.grp = nil, nil
+	g.freeIfEmpty()
+}
+
+func (g *decodeGroup) freeIfEmpty() {
+	for _, m := range g.seqs {
+		if m != nil {
+			return
+		}
+	}
+	g.free()
+}
+
 // detach gives c its row back and takes it out of the group.
 func (g *decodeGroup) detach(c *SeqCache) {
 	b := c.row
@@ -166,12 +261,7 @@ func (g *decodeGroup) detach(c *SeqCache) {
 		})
 	}
 	g.seqs[b], c.grp = nil, nil
-	for _, m := range g.seqs {
-		if m != nil {
-			return
-		}
-	}
-	g.free() // the last member left
+	g.freeIfEmpty() // the last member left
 }
 
 func (g *decodeGroup) free() {

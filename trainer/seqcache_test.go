@@ -191,3 +191,64 @@ func TestDecodeGroupsFollowMembership(t *testing.T) {
 		t.Errorf("%d tensors live after every cache was freed, %d before", n, base)
 	}
 }
+
+// TestPrefillBatchEqualsExtend: prompts of different lengths prefilled in
+// one forward give each prompt's own next-token logits, decode on as a
+// group exactly as alone, and can be forked and extended like any cache.
+func TestPrefillBatchEqualsExtend(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	for _, arch := range []Arch{ArchQwen2, ArchLlama} {
+		m, _ := newTiny(t, arch, 23)
+		base := LiveTensors()
+		prompts := [][]int{{5, 9, 2}, {1, 2, 3, 4, 5, 6, 7}, {42}}
+		cs := []*SeqCache{m.NewSeqCache(), m.NewSeqCache(), m.NewSeqCache()}
+		logits, err := m.PrefillBatch(cs, prompts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := make([]int, len(prompts))
+		got := make([][]int, len(prompts))
+		for i, p := range prompts {
+			alone := m.NewSeqCache()
+			want, err := m.Extend(alone, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			alone.Free()
+			d := 0.0
+			for v := range want {
+				d = math.Max(d, math.Abs(float64(logits[i][v]-want[v])))
+			}
+			if d > 1e-4 || cs[i].Len() != len(p) {
+				t.Errorf("%s prompt %d: batched prefill's logits differ from Extend's by %g (cache length %d)", arch, i, d, cs[i].Len())
+			}
+			next[i] = argmax(logits[i])
+			got[i] = []int{next[i]}
+		}
+		for range 6 {
+			out, err := m.DecodeBatch(cs, next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range cs {
+				next[i] = argmax(out[i])
+				got[i] = append(got[i], next[i])
+			}
+		}
+		for i, p := range prompts {
+			want, _ := m.Greedy(p, len(got[i]), nil, false)
+			if fmt.Sprint(got[i]) != fmt.Sprint(want) {
+				t.Errorf("%s prompt %d: prefilled and decoded %v, alone %v", arch, i, got[i], want)
+			}
+		}
+		if _, err := m.PrefillBatch(cs[:1], prompts[:1]); err == nil {
+			t.Error("a batched prefill of a cache that holds tokens was accepted")
+		}
+		for _, c := range cs {
+			c.Free()
+		}
+		if n := LiveTensors(); n != base {
+			t.Errorf("%s: %d tensors live after the caches were freed, %d before", arch, n, base)
+		}
+	}
+}

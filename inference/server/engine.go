@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -37,8 +38,9 @@ type Config struct {
 	MaxModelLen int
 	// MaxBatch bounds sequences decoded together.
 	MaxBatch int
-	// MaxPrefills bounds new sequences admitted per engine step, so decoding
-	// sequences are not starved by a burst of arrivals.
+	// MaxPrefills bounds new sequences admitted per engine step (their
+	// prompts prefilled together), so decoding sequences are not starved by
+	// a burst of arrivals.
 	MaxPrefills int
 	// PrefixCacheEntries finished sequences are kept so later prompts that
 	// extend them skip recomputing the shared prefix; 0 disables.
@@ -59,7 +61,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults for dir.
 func DefaultConfig(dir string) Config {
-	return Config{ModelDir: dir, MaxBatch: 64, MaxPrefills: 8, PrefixCacheEntries: 64, MinPrefixReuse: 8, Version: "0", ScoreBatchTokens: 4096, MaxSequences: 1024}
+	return Config{ModelDir: dir, MaxBatch: 64, MaxPrefills: 32, PrefixCacheEntries: 64, MinPrefixReuse: 8, Version: "0", ScoreBatchTokens: 4096, MaxSequences: 1024}
 }
 
 // Validate names the first bad field.
@@ -202,6 +204,8 @@ type Stats struct {
 	GeneratedTokens int64
 	DecodeSteps     int64
 	BatchedSeqs     int64 // sum of batch sizes over decode steps
+	PrefillBatches  int64 // batched prefill forwards
+	PrefilledSeqs   int64 // prompts they ran (shared prompts once)
 }
 
 type prefixEntry struct {
@@ -317,21 +321,22 @@ func (e *Engine) loop() {
 	defer close(e.done)
 	defer e.shutdown()
 	for {
+		var admitted []*genJob
 		if len(e.active) == 0 {
 			select {
 			case j := <-e.jobs:
-				e.admit([]*genJob{j})
+				admitted = append(admitted, j) // and whatever came with it
 			case s := <-e.scores:
 				e.runScore(s)
+				continue
 			case m := <-e.swaps:
 				e.swap(m)
+				continue
 			case <-e.quit:
 				return
 			}
-			continue
 		}
 		// Take what has arrived without waiting, then step the batch.
-		var admitted []*genJob
 	drain:
 		for len(admitted) < e.cfg.MaxPrefills && len(e.active)+len(admitted) < e.cfg.MaxBatch {
 			select {
@@ -350,7 +355,9 @@ func (e *Engine) loop() {
 		if len(admitted) > 0 {
 			e.admit(admitted)
 		}
-		e.decodeStep()
+		if len(e.active) > 0 {
+			e.decodeStep()
+		}
 	}
 }
 
@@ -397,6 +404,9 @@ func (e *Engine) maybeRelease(s *snapshot) {
 }
 
 func (e *Engine) admit(js []*genJob) {
+	// Prompts that extend a cached prefix are continued one by one; the
+	// others are prefilled together (prefillFresh).
+	var fresh []*genJob
 	for _, j := range js {
 		if err := j.ctx.Err(); err != nil {
 			continue // the requester is gone
@@ -408,53 +418,128 @@ func (e *Engine) admit(js []*genJob) {
 			seed = uint64(*j.seed)
 		}
 		j.rng = rand.New(rand.NewPCG(seed, 0x5eed))
-		last, err := e.prefill(j)
-		if err != nil {
-			e.finish(j, "", err)
+		start := e.reusePrefix(j)
+		if j.cache == nil {
+			fresh = append(fresh, j)
 			continue
 		}
-		e.statsMu.Lock()
-		e.stats.Requests++
-		e.stats.PromptTokens += int64(len(j.prompt))
-		e.stats.CachedTokens += int64(j.cached)
-		e.statsMu.Unlock()
-		if j.maxTokens == 0 {
-			e.finish(j, "length", nil)
-			continue
-		}
-		if e.emit(j, sample(last, j.params, j.rng)) {
-			e.active = append(e.active, j)
-		}
+		last, err := j.snap.model.Extend(j.cache, j.prompt[start:])
+		e.started(j, last, err)
+	}
+	e.prefillFresh(fresh)
+}
+
+// started takes a prefilled job on: its first token, or its end.
+func (e *Engine) started(j *genJob, last []float32, err error) {
+	if err != nil {
+		e.finish(j, "", err)
+		return
+	}
+	e.statsMu.Lock()
+	e.stats.Requests++
+	e.stats.PromptTokens += int64(len(j.prompt))
+	e.stats.CachedTokens += int64(j.cached)
+	e.statsMu.Unlock()
+	if j.maxTokens == 0 {
+		e.finish(j, "length", nil)
+		return
+	}
+	if e.emit(j, sample(last, j.params, j.rng)) {
+		e.active = append(e.active, j)
 	}
 }
 
-// prefill runs the prompt, reusing the longest cached prefix.
-func (e *Engine) prefill(j *genJob) ([]float32, error) {
-	m := j.snap.model
-	start := 0
-	if e.cfg.PrefixCacheEntries > 0 && j.snap == e.current {
-		best, bestN := -1, 0
-		for i, p := range e.prefix {
-			n := commonPrefix(p.cache.Tokens(), j.prompt)
-			if n > bestN {
-				best, bestN = i, n
-			}
-		}
-		// At least one prompt token must run to get the next-token logits.
-		bestN = min(bestN, len(j.prompt)-1)
-		if best >= 0 && bestN >= e.cfg.MinPrefixReuse {
-			fork, err := e.prefix[best].cache.Fork(bestN)
-			if err == nil {
-				e.clock++
-				e.prefix[best].used = e.clock
-				j.cache, start, j.cached = fork, bestN, bestN
-			}
+// reusePrefix gives j a fork of the longest cached prefix of its prompt
+// worth reusing and returns where its own tokens start (0, with no cache
+// set, when there is none).
+func (e *Engine) reusePrefix(j *genJob) int {
+	if e.cfg.PrefixCacheEntries == 0 || j.snap != e.current {
+		return 0
+	}
+	best, bestN := -1, 0
+	for i, p := range e.prefix {
+		n := commonPrefix(p.cache.Tokens(), j.prompt)
+		if n > bestN {
+			best, bestN = i, n
 		}
 	}
-	if j.cache == nil {
-		j.cache = m.NewSeqCache()
+	// At least one prompt token must run to get the next-token logits.
+	bestN = min(bestN, len(j.prompt)-1)
+	if best < 0 || bestN < e.cfg.MinPrefixReuse {
+		return 0
 	}
-	return m.Extend(j.cache, j.prompt[start:])
+	fork, err := e.prefix[best].cache.Fork(bestN)
+	if err != nil {
+		return 0
+	}
+	e.clock++
+	e.prefix[best].used = e.clock
+	j.cache, j.cached = fork, bestN
+	return bestN
+}
+
+// prefillFresh runs the prompts of jobs without a reusable prefix in
+// batched forwards (trainer.PrefillBatch) of at most ScoreBatchTokens
+// padded tokens, shortest first; a prompt several jobs share (the n
+// samples of one request) runs once and the others fork it.
+func (e *Engine) prefillFresh(js []*genJob) {
+	if len(js) == 0 {
+		return
+	}
+	type group struct {
+		lead   *genJob
+		others []*genJob
+	}
+	byPrompt := map[string]*group{}
+	var groups []*group
+	for _, j := range js {
+		key := fmt.Sprint(j.prompt)
+		if g, ok := byPrompt[key]; ok && g.lead.snap == j.snap {
+			g.others = append(g.others, j)
+			continue
+		}
+		g := &group{lead: j}
+		byPrompt[key] = g
+		groups = append(groups, g)
+	}
+	sort.SliceStable(groups, func(a, b int) bool { return len(groups[a].lead.prompt) < len(groups[b].lead.prompt) })
+	budget := max(e.cfg.ScoreBatchTokens, 1)
+	for lo := 0; lo < len(groups); {
+		hi := lo + 1
+		// Sorted by length: the batch is as long as its last prompt.
+		for hi < len(groups) && groups[hi].lead.snap == groups[lo].lead.snap && (hi-lo+1)*len(groups[hi].lead.prompt) <= budget {
+			hi++
+		}
+		batch := groups[lo:hi]
+		m := batch[0].lead.snap.model
+		caches := make([]*trainer.SeqCache, len(batch))
+		prompts := make([][]int, len(batch))
+		for i, g := range batch {
+			caches[i], prompts[i] = m.NewSeqCache(), g.lead.prompt
+		}
+		logits, err := m.PrefillBatch(caches, prompts)
+		e.statsMu.Lock()
+		e.stats.PrefillBatches++
+		e.stats.PrefilledSeqs += int64(len(batch))
+		e.statsMu.Unlock()
+		for i, g := range batch {
+			if err != nil {
+				caches[i].Free()
+				for _, j := range append([]*genJob{g.lead}, g.others...) {
+					e.started(j, nil, err)
+				}
+				continue
+			}
+			for _, j := range g.others {
+				fork, ferr := caches[i].Fork(len(j.prompt))
+				j.cache = fork
+				e.started(j, logits[i], ferr)
+			}
+			g.lead.cache = caches[i]
+			e.started(g.lead, logits[i], nil)
+		}
+		lo = hi
+	}
 }
 
 func commonPrefix(a, b []int) int {

@@ -309,6 +309,44 @@ func TestConcurrentRequestsAreBatched(t *testing.T) {
 	if st.DecodeSteps == 0 || float64(st.BatchedSeqs)/float64(st.DecodeSteps) <= 1.5 {
 		t.Errorf("mean batch %.2f over %d decode steps: requests were not batched", float64(st.BatchedSeqs)/float64(st.DecodeSteps), st.DecodeSteps)
 	}
+	if st.PrefillBatches == 0 || st.PrefilledSeqs != n || st.PrefillBatches >= n {
+		t.Errorf("%d prompts prefilled in %d forwards: want all %d, in fewer forwards than prompts", st.PrefilledSeqs, st.PrefillBatches, n)
+	}
+	t.Logf("%d prompts prefilled in %d forwards; mean decode batch %.1f", st.PrefilledSeqs, st.PrefillBatches, float64(st.BatchedSeqs)/float64(st.DecodeSteps))
+}
+
+// The n samples of one prompt are prefilled once and forked: at
+// temperature 0 each is the trainer's greedy continuation, and at
+// temperature 1 with a seed they differ from one another.
+func TestSamplesOfOnePromptShareItsPrefill(t *testing.T) {
+	s := newTestServer(t, func(c *Config) { c.PrefixCacheEntries = 0 })
+	_, resp := post(t, s.url+"/v1/completions", map[string]any{
+		"prompt": prompt, "n": 4, "max_tokens": 8, "temperature": 0, "ignore_eos": true, "logprobs": 0, "return_tokens_as_token_ids": true,
+	})
+	want, _ := s.model.Greedy(prompt, 8, nil, false)
+	cs := choices(t, resp)
+	if len(cs) != 4 {
+		t.Fatalf("%d choices, want 4", len(cs))
+	}
+	for i, c := range cs {
+		if ids, _ := completionIDs(t, c); fmt.Sprint(ids) != fmt.Sprint(want) {
+			t.Errorf("sample %d: %v, greedy %v", i, ids, want)
+		}
+	}
+	if st := s.Engine().Stats(); st.PrefilledSeqs != 1 || st.Requests != 4 {
+		t.Errorf("4 samples of one prompt: %d prompts prefilled for %d sequences, want 1 for 4", st.PrefilledSeqs, st.Requests)
+	}
+	_, resp = post(t, s.url+"/v1/completions", map[string]any{
+		"prompt": prompt, "n": 4, "max_tokens": 8, "temperature": 1, "seed": 3, "ignore_eos": true, "logprobs": 0, "return_tokens_as_token_ids": true,
+	})
+	seen := map[string]bool{}
+	for _, c := range choices(t, resp) {
+		ids, _ := completionIDs(t, c)
+		seen[fmt.Sprint(ids)] = true
+	}
+	if len(seen) < 2 {
+		t.Errorf("4 sampled continuations at temperature 1 are all alike: %v", seen)
+	}
 }
 
 func TestPrefixReuse(t *testing.T) {
