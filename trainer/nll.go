@@ -40,7 +40,7 @@ func (m *Model) nllBackward(in Input, targets [][]int, weights [][]float32, deno
 		return 0, err
 	}
 	sum := 0.0
-	err = m.headBackward(in, targets, 1, false, func(j int, l, _ float64) (float64, float64, error) {
+	err = m.headBackward(in, targets, 1, entropyNone, func(j int, l, _ float64) (float64, float64, error) {
 		b, k := j/width, j%width
 		if targets[b][k] < 0 {
 			return 0, 0, nil

@@ -576,7 +576,11 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 		}
 		return d, de, nil
 	}
-	return m.headBackward(in, targets, cfg.Temperature, cfg.EntropyCoef > 0, derivs)
+	entropy := entropyRead
+	if cfg.EntropyCoef > 0 {
+		entropy = entropyGrad
+	}
+	return m.headBackward(in, targets, cfg.Temperature, entropy, derivs)
 }
 
 // headChunkTokens bounds the positions whose [positions, vocabulary]
@@ -599,7 +603,7 @@ var headChunkTokens = 1024
 // back-propagated at once. The hidden states' gradient then flows through
 // the decoder (and, with recomputation, afterBackward's layer-by-layer
 // pass).
-func (m *Model) headBackward(in Input, targets [][]int, temperature float64, entropyGrad bool, derivs func(j int, l, e float64) (d, de float64, err error)) error {
+func (m *Model) headBackward(in Input, targets [][]int, temperature float64, entropy headEntropy, derivs func(j int, l, e float64) (d, de float64, err error)) error {
 	b, t, err := in.shape()
 	if err != nil {
 		return err
@@ -621,7 +625,7 @@ func (m *Model) headBackward(in Input, targets [][]int, temperature float64, ent
 	n := b * t
 	for lo := 0; lo < n; lo += headChunkTokens {
 		c := min(headChunkTokens, n-lo)
-		if err := m.headChunk(leaf, lo, c, flat[lo:lo+c], keep[lo:lo+c], temperature, entropyGrad, derivs); err != nil {
+		if err := m.headChunk(leaf, lo, c, flat[lo:lo+c], keep[lo:lo+c], temperature, entropy, derivs); err != nil {
 			drop(hN)
 			return err
 		}
@@ -637,8 +641,18 @@ func (m *Model) headBackward(in Input, targets [][]int, temperature float64, ent
 	return nil
 }
 
+// headEntropy says what headBackward does with the policy's entropy.
+type headEntropy int
+
+const (
+	entropyNone headEntropy = iota // not computed (derivs sees 0): SFT's NLL
+	entropyRead                    // computed without a graph: a logged figure
+	entropyGrad                    // computed with a graph: the entropy bonus
+)
+
 // headChunk is one chunk of headBackward: positions [lo, lo+c) of leaf.
-func (m *Model) headChunk(leaf *ts.Tensor, lo, c int, ids []int64, keep []float32, temperature float64, entropyGrad bool, derivs func(j int, l, e float64) (d, de float64, err error)) error {
+func (m *Model) headChunk(leaf *ts.Tensor, lo, c int, ids []int64, keep []float32, temperature float64, entropy headEntropy, derivs func(j int, l, e float64) (d, de float64, err error)) error {
+	withGrad := entropy == entropyGrad
 	h := must(leaf.Narrow(0, int64(lo), int64(c), false))
 	logits := linear(h, m.lmHead, nil)
 	drop(h)
@@ -652,21 +666,27 @@ func (m *Model) headChunk(leaf *ts.Tensor, lo, c int, ids []int64, keep []float3
 	k := must(fromSlice(keep, []int64{int64(c)}).To(m.device, true))
 	lp := must(g.Mul(k, true))
 	drop(k)
-	// The entropy is always read (a logged figure); it keeps a graph only
-	// with the bonus.
-	d := logp
-	if !entropyGrad {
-		d = must(logp.Detach(false))
-	}
-	p := must(d.Exp(false))
-	pl := must(p.Mul(d, true))
-	ent := mulScalar(must(pl.SumDimIntlist([]int64{-1}, false, gotch.Float, true)), -1, true)
-	if !entropyGrad {
-		drop(d)
+	// The entropy is read for the RL step's metrics; it keeps a graph only
+	// with the bonus. The NLL of SFT has no use for it.
+	var ent *ts.Tensor
+	ev := make([]float32, c)
+	if entropy != entropyNone {
+		d := logp
+		if !withGrad {
+			d = must(logp.Detach(false))
+		}
+		p := must(d.Exp(false))
+		pl := must(p.Mul(d, true))
+		ent = mulScalar(must(pl.SumDimIntlist([]int64{-1}, false, gotch.Float, true)), -1, true)
+		if !withGrad {
+			drop(d)
+		}
+		ev = values1D(ent)
+		defer drop(ent)
 	}
 	drop(logp)
-	defer drop(lp, ent)
-	lv, ev := values1D(lp), values1D(ent)
+	defer drop(lp)
+	lv := values1D(lp)
 	w := make([]float32, c)
 	we := make([]float32, c)
 	for i := range w {
@@ -681,7 +701,7 @@ func (m *Model) headChunk(leaf *ts.Tensor, lo, c int, ids []int64, keep []float3
 	wt := must(fromSlice(w, []int64{int64(c)}).To(m.device, true))
 	prod := must(lp.Mul(wt, false))
 	var wet *ts.Tensor
-	if entropyGrad {
+	if withGrad {
 		wet = must(fromSlice(we, []int64{int64(c)}).To(m.device, true))
 		em := must(ent.Mul(wet, false))
 		prod = must(prod.Add(em, true))
