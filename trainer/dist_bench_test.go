@@ -3,7 +3,6 @@ package trainer
 import (
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"runtime/debug"
 	"sync"
 	"testing"
@@ -81,10 +80,7 @@ func BenchmarkDataParallelStep(b *testing.B) {
 
 	for _, zero := range []bool{false, true} {
 		const world = 2
-		port, err := freeLoopbackPortTB()
-		if err != nil {
-			b.Fatal(err)
-		}
+		port := freePort(b)
 		var wg sync.WaitGroup
 		errs := make([]error, world)
 		comm := make([]CommStats, world)
@@ -149,11 +145,3 @@ func BenchmarkDataParallelStep(b *testing.B) {
 	}
 }
 
-func freeLoopbackPortTB() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}

@@ -28,7 +28,7 @@ func needDist(t *testing.T) {
 	t.Skip("this libtorch build has no Gloo process group")
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
