@@ -144,4 +144,3 @@ func BenchmarkDataParallelStep(b *testing.B) {
 		b.ReportMetric(float64(comm[0].Bytes)/float64(steps)/(1<<20), name+"-comm-MiB/step")
 	}
 }
-
