@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -561,6 +562,28 @@ func (r *run) stage1Analyzer() (skills.Analyzer, error) {
 // analyze runs an analyzer over trajectories with their critical-step
 // candidates, in chunks, with progress.
 func (r *run) analyze(ctx context.Context, an skills.Analyzer, trajs []*rollout.Trajectory, label string, k int) ([]skills.Record, error) {
+	reqs := r.analysisRequests(trajs)
+	prog := r.progress(label + " analysis")
+	var recs []skills.Record
+	const chunk = 64
+	for lo := 0; lo < len(reqs); lo += chunk {
+		part, err := an.Analyze(ctx, reqs[lo:min(lo+chunk, len(reqs))])
+		if err != nil {
+			return nil, err
+		}
+		for i := range part {
+			part[i].Iteration = k
+		}
+		recs = append(recs, part...)
+		prog(rollout.Status{Done: len(recs), Total: len(reqs)})
+	}
+	return recs, nil
+}
+
+// analysisRequests are the analyzer's requests for trajs, group by group:
+// every step a candidate when the analyzer chooses the critical steps,
+// else the steps CriticalSteps picks by comparing the group's samples.
+func (r *run) analysisRequests(trajs []*rollout.Trajectory) []skills.Request {
 	cc := skills.DefaultCriticalConfig()
 	cc.Gamma, cc.K = r.cfg.Gamma, r.cfg.MaxStepSkills
 	var reqs []skills.Request
@@ -580,21 +603,99 @@ func (r *run) analyze(ctx context.Context, an skills.Analyzer, trajs []*rollout.
 			reqs = append(reqs, skills.Request{Traj: t, Candidates: crit[t.ID]})
 		}
 	}
-	prog := r.progress(label + " analysis")
-	var recs []skills.Record
-	const chunk = 64
-	for lo := 0; lo < len(reqs); lo += chunk {
-		part, err := an.Analyze(ctx, reqs[lo:min(lo+chunk, len(reqs))])
-		if err != nil {
-			return nil, err
-		}
-		for i := range part {
-			part[i].Iteration = k
-		}
-		recs = append(recs, part...)
-		prog(rollout.Status{Done: len(recs), Total: len(reqs)})
+	return reqs
+}
+
+// analysisPipe analyzes each task's group as soon as its rollouts have all
+// ended, while the other groups still play: the hindsight requests share
+// the server's batches with the rollout's last turns instead of waiting
+// for them. Records come out in group order, as analyze gives them.
+type analysisPipe struct {
+	r      *run
+	an     skills.Analyzer
+	k      int
+	ctx    context.Context
+	cancel context.CancelFunc
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	recs   map[int][]skills.Record // by group
+	err    error
+}
+
+// pipeGroups bounds the groups analyzed at once (each G requests).
+const pipeGroups = 8
+
+func (r *run) pipeAnalysis(ctx context.Context, an skills.Analyzer, k int) *analysisPipe {
+	ctx, cancel := context.WithCancel(ctx)
+	return &analysisPipe{r: r, an: an, k: k, ctx: ctx, cancel: cancel, sem: make(chan struct{}, pipeGroups), recs: map[int][]skills.Record{}}
+}
+
+// groupDone starts the analysis of one finished group (nil-safe: runs
+// without SEED's analysis pass nil).
+func (p *analysisPipe) groupDone(g int, trajs []*rollout.Trajectory) {
+	if p == nil {
+		return
 	}
-	return recs, nil
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.sem <- struct{}{}
+		defer func() { <-p.sem }()
+		if p.ctx.Err() != nil {
+			return
+		}
+		recs, err := p.an.Analyze(p.ctx, p.r.analysisRequests(trajs))
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if err != nil {
+			if p.err == nil {
+				p.err = fmt.Errorf("group %d: %w", g, err)
+				p.cancel()
+			}
+			return
+		}
+		for i := range recs {
+			recs[i].Iteration = p.k
+		}
+		p.recs[g] = recs
+	}()
+}
+
+// wait returns every group's records in group order, once all are in;
+// a group never handed over (a rollout that failed) is analyzed now.
+func (p *analysisPipe) wait(trajs []*rollout.Trajectory, label string) ([]skills.Record, error) {
+	p.wg.Wait()
+	defer p.cancel()
+	if p.err != nil {
+		return nil, p.err
+	}
+	prog := p.r.progress(label + " analysis")
+	var out []skills.Record
+	groups := skills.Groups(trajs)
+	for _, g := range groups {
+		recs, ok := p.recs[g[0].Group]
+		if !ok {
+			var err error
+			if recs, err = p.an.Analyze(p.ctx, p.r.analysisRequests(g)); err != nil {
+				return nil, err
+			}
+			for i := range recs {
+				recs[i].Iteration = p.k
+			}
+		}
+		out = append(out, recs...)
+	}
+	prog(rollout.Status{Done: len(out), Total: len(out)})
+	return out, nil
+}
+
+// abandon stops the analyses in flight (the rollout failed).
+func (p *analysisPipe) abandon() {
+	if p != nil {
+		p.cancel()
+		p.wg.Wait()
+	}
 }
 
 // sftExamples turns analyzer records into stage-1 sequences: the analysis
@@ -674,8 +775,18 @@ func (r *run) iterate(ctx context.Context, k int) error {
 	if err != nil {
 		return err
 	}
-	trajs, err := runner.Run(ctx, tasks, k, r.progress(fmt.Sprintf("iteration %d/%d rollout", k, r.cfg.Iterations)))
+	// SEED's hindsight analysis starts on each group as it ends (analysisPipe).
+	var pipe *analysisPipe
+	if r.cfg.Distills() {
+		an, err := r.iterationAnalyzer(k)
+		if err != nil {
+			return err
+		}
+		pipe = r.pipeAnalysis(ctx, an, k)
+	}
+	trajs, err := runner.RunNotify(ctx, tasks, k, r.progress(fmt.Sprintf("iteration %d/%d rollout", k, r.cfg.Iterations)), pipe.groupDone)
 	if err != nil {
+		pipe.abandon()
 		return fmt.Errorf("rollout: %w", err)
 	}
 	met := rollout.Summarize(trajs, time.Since(t0))
@@ -689,12 +800,8 @@ func (r *run) iterate(ctx context.Context, k int) error {
 	t1 := time.Now()
 	var recs []skills.Record
 	sks := map[string]*skills.Skill{}
-	if r.cfg.Distills() {
-		an, err := r.iterationAnalyzer(k)
-		if err != nil {
-			return err
-		}
-		if recs, err = r.analyze(ctx, an, trajs, fmt.Sprintf("iteration %d/%d", k, r.cfg.Iterations), k); err != nil {
+	if pipe != nil {
+		if recs, err = pipe.wait(trajs, fmt.Sprintf("iteration %d/%d", k, r.cfg.Iterations)); err != nil {
 			return fmt.Errorf("analysis: %w", err)
 		}
 		if r.cfg.Algo == AlgoRandomSkill {

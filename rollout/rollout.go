@@ -139,6 +139,14 @@ type episode struct {
 // episodes: each turn's generations go to the backend as one batch (at most
 // MaxInFlight at once), then every environment steps.
 func (r *Runner) Run(ctx context.Context, tasks []envadapters.Task, iteration int, progress Progress) ([]*Trajectory, error) {
+	return r.RunNotify(ctx, tasks, iteration, progress, nil)
+}
+
+// RunNotify is Run that also calls groupDone, from Run's goroutine after
+// the turn in which it happened, with each task's G trajectories (in
+// sample order) once all of them have ended, so that work on a finished
+// group (SEED's hindsight analysis) can start while others still play.
+func (r *Runner) RunNotify(ctx context.Context, tasks []envadapters.Task, iteration int, progress Progress, groupDone func(group int, trajs []*Trajectory)) ([]*Trajectory, error) {
 	var eps []*episode
 	defer func() {
 		for _, e := range eps {
@@ -164,6 +172,10 @@ func (r *Runner) Run(ctx context.Context, tasks []envadapters.Task, iteration in
 		}
 	}
 	finished := 0
+	left := make([]int, len(tasks)) // unfinished episodes per group
+	for g := range left {
+		left[g] = r.cfg.GroupSize
+	}
 	for turn := 0; ; turn++ {
 		var active []*episode
 		for _, e := range eps {
@@ -183,17 +195,25 @@ func (r *Runner) Run(ctx context.Context, tasks []envadapters.Task, iteration in
 		for _, e := range active {
 			if e.done {
 				finished++
+				if left[e.traj.Group]--; left[e.traj.Group] == 0 && groupDone != nil {
+					g := e.traj.Group
+					groupDone(g, trajsOf(eps[g*r.cfg.GroupSize:(g+1)*r.cfg.GroupSize]))
+				}
 			}
 		}
 		if progress != nil {
 			progress(Status{Done: finished, Total: len(eps), Turn: turn + 1})
 		}
 	}
+	return trajsOf(eps), nil
+}
+
+func trajsOf(eps []*episode) []*Trajectory {
 	out := make([]*Trajectory, len(eps))
 	for i, e := range eps {
 		out[i] = e.traj
 	}
-	return out, nil
+	return out
 }
 
 func (r *Runner) seed(trajID string, turn int) *int64 {

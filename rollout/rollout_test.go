@@ -112,9 +112,22 @@ func TestRunGroupsRecordsAndJSONL(t *testing.T) {
 		}
 		tasks := householdTasks(t, 3)
 		var progressCalls int
-		trajs, err := r.Run(context.Background(), tasks, 7, func(Status) { progressCalls++ })
+		// Each group is handed over once, complete, with every episode ended.
+		notified := map[int]int{}
+		trajs, err := r.RunNotify(context.Background(), tasks, 7, func(Status) { progressCalls++ }, func(g int, ts []*Trajectory) {
+			notified[g]++
+			for s, tr := range ts {
+				last := len(tr.Steps) - 1
+				if tr.Group != g || tr.Sample != s || last < 0 || (!tr.Steps[last].Done && len(tr.Steps) != 6) {
+					t.Errorf("%s: group %d handed over with %s (group %d, sample %d, %d steps) not ended", mode, g, tr.ID, tr.Group, tr.Sample, len(tr.Steps))
+				}
+			}
+		})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if len(notified) != 3 || notified[0] != 1 || notified[1] != 1 || notified[2] != 1 {
+			t.Errorf("%s: groups handed over %v, want each of 0, 1, 2 once", mode, notified)
 		}
 		if len(trajs) != 12 || be.maxBatch > 5 || progressCalls == 0 {
 			t.Fatalf("%s: %d trajectories, max batch %d (limit 5), %d progress calls", mode, len(trajs), be.maxBatch, progressCalls)
