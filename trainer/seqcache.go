@@ -132,6 +132,140 @@ func (m *Model) lastLogits(hN *ts.Tensor) [][]float32 {
 	return out
 }
 
+// ExtendBatch feeds each sequence its new tokens in one forward pass and
+// returns each one's next-token logits: Extend for many sequences at once
+// (a turn's prompts, each continuing a cached prefix of its own length).
+// Row i holds its cached past right-aligned in the longest past's width,
+// then its new tokens right-aligned in the longest's; the mask keeps every
+// query to its own past and new tokens. Afterwards each cache holds its
+// own keys and values again (the padding cut out). All empty: PrefillBatch.
+func (m *Model) ExtendBatch(cs []*SeqCache, news [][]int) (out [][]float32, err error) {
+	if len(cs) == 0 || len(cs) != len(news) {
+		return nil, fmt.Errorf("batched extend: %d sequences, %d token lists", len(cs), len(news))
+	}
+	empty := true
+	t, pmax := 0, 0
+	for i, c := range cs {
+		switch {
+		case c.model != m:
+			return nil, ErrCacheModel
+		case len(news[i]) == 0:
+			return nil, fmt.Errorf("batched extend: sequence %d has no new tokens", i)
+		}
+		for _, id := range news[i] {
+			if id < 0 || id >= m.cfg.VocabSize {
+				return nil, fmt.Errorf("batched extend: token id %d is outside the vocabulary (%d)", id, m.cfg.VocabSize)
+			}
+		}
+		empty = empty && c.Len() == 0
+		t, pmax = max(t, len(news[i])), max(pmax, c.Len())
+	}
+	if empty {
+		return m.PrefillBatch(cs, news)
+	}
+	for i, c := range cs {
+		for _, d := range cs[:i] {
+			if d == c {
+				return nil, fmt.Errorf("batched extend: sequence %d is listed twice", i)
+			}
+		}
+	}
+	defer guard(&err, "batched extend")
+	for _, c := range cs {
+		c.leaveGroup()
+	}
+	b := len(cs)
+	flat := make([]int64, b*t)
+	pos := make([]float32, b*t)
+	qSegs, kSegs := make([][]int, b), make([][]int, b)
+	st := &raggedStore{cs: cs, pmax: pmax, offs: make([]int, b)}
+	for i, c := range cs {
+		p, n := c.Len(), len(news[i])
+		off := t - n
+		st.offs[i] = off
+		qSegs[i] = make([]int, t)
+		kSegs[i] = make([]int, pmax+t)
+		for j := pmax - p; j < pmax; j++ {
+			kSegs[i][j] = 1
+		}
+		for j, id := range news[i] {
+			flat[i*t+off+j], pos[i*t+off+j], qSegs[i][off+j], kSegs[i][pmax+off+j] = int64(id), float32(p+j), 1, 1
+		}
+	}
+	withoutGrad(func() {
+		mask := &attnMask{m: m, qSegs: qSegs, kSegs: kSegs, past: pmax}
+		hN := m.runTo(flat, pos, int64(b), int64(t), mask, st, false)
+		mask.free()
+		out = m.lastLogits(hN)
+	})
+	for i, c := range cs {
+		c.tokens = append(c.tokens, news[i]...)
+	}
+	return out, nil
+}
+
+// raggedStore is ExtendBatch's kvStore: per layer, the pasts left-padded
+// to pmax, then the new keys; afterwards each sequence keeps its past and
+// its new tokens' keys, without the padding between them.
+type raggedStore struct {
+	cs   []*SeqCache
+	pmax int
+	offs []int // each row's padding before its new tokens
+}
+
+func (s *raggedStore) extend(li int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
+	sz := k.MustSize() // [B, nKV, T, hd]
+	past := func(own func(c *SeqCache) *ts.Tensor) *ts.Tensor {
+		parts := make([]*ts.Tensor, len(s.cs))
+		var owned []*ts.Tensor
+		for i, c := range s.cs {
+			n := c.Len()
+			pad := s.pmax - n
+			switch {
+			case pad == 0:
+				parts[i] = own(c)
+			case n == 0:
+				parts[i] = must(ts.Zeros([]int64{1, sz[1], int64(pad), sz[3]}, k.DType(), k.MustDevice()))
+				owned = append(owned, parts[i])
+			default:
+				z := must(ts.Zeros([]int64{1, sz[1], int64(pad), sz[3]}, k.DType(), k.MustDevice()))
+				parts[i] = must(ts.Cat([]*ts.Tensor{z, own(c)}, 2))
+				owned = append(owned, z, parts[i])
+			}
+		}
+		out := must(ts.Cat(parts, 0))
+		drop(owned...)
+		return out
+	}
+	pk := past(func(c *SeqCache) *ts.Tensor { return c.k[li] })
+	pv := past(func(c *SeqCache) *ts.Tensor { return c.v[li] })
+	K := must(ts.Cat([]*ts.Tensor{pk, k}, 2))
+	V := must(ts.Cat([]*ts.Tensor{pv, v}, 2))
+	drop(pk, pv, k, v)
+	t := sz[2]
+	for i, c := range s.cs {
+		n, off := int64(c.Len()), int64(s.offs[i])
+		keep := func(x *ts.Tensor) *ts.Tensor {
+			row := must(x.Narrow(0, int64(i), 1, false))
+			newPart := must(row.Narrow(2, int64(s.pmax)+off, t-off, false))
+			var y *ts.Tensor
+			if n == 0 {
+				y = must(newPart.Contiguous(false))
+			} else {
+				pastPart := must(row.Narrow(2, int64(s.pmax)-n, n, false))
+				y = must(ts.Cat([]*ts.Tensor{pastPart, newPart}, 2))
+				drop(pastPart)
+			}
+			drop(row, newPart)
+			return y
+		}
+		nk, nv := keep(K), keep(V)
+		drop(c.k[li], c.v[li])
+		c.k[li], c.v[li] = nk, nv
+	}
+	return K, V
+}
+
 // PrefillBatch runs the prompts of empty caches in one forward pass, each
 // right-aligned in a batch as long as the longest (the left padding is
 // masked), and returns each one's next-token logits. The caches leave it

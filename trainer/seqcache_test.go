@@ -252,3 +252,84 @@ func TestPrefillBatchEqualsExtend(t *testing.T) {
 		}
 	}
 }
+
+// TestExtendBatchEqualsExtend: sequences with cached pasts of different
+// lengths (forks of one prefix, a fresh one, a decode group's member) take
+// new tokens of different lengths in one forward: each gets Extend's
+// logits, keeps a cache that decodes on as alone, and nothing leaks.
+func TestExtendBatchEqualsExtend(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	m, _ := newTiny(t, ArchQwen2, 29)
+	base := LiveTensors()
+	root := m.NewSeqCache()
+	if _, err := m.Extend(root, []int{3, 1, 4, 1, 5, 9, 2, 6}); err != nil {
+		t.Fatal(err)
+	}
+	f5, _ := root.Fork(5)
+	f2, _ := root.Fork(2)
+	fresh := m.NewSeqCache()
+	grouped := []*SeqCache{m.NewSeqCache(), m.NewSeqCache()}
+	if _, err := m.PrefillBatch(grouped, [][]int{{7, 7, 7}, {8}}); err != nil { // a decode group's members
+		t.Fatal(err)
+	}
+	cs := []*SeqCache{f5, fresh, f2, grouped[1]}
+	news := [][]int{{11, 12}, {20, 21, 22, 23}, {30}, {40, 41, 42}}
+	// What Extend gives each, on copies of the same pasts.
+	var want [][]float32
+	var full [][]int
+	for i, c := range cs {
+		seq := append(c.Tokens(), news[i]...)
+		full = append(full, seq)
+		alone := m.NewSeqCache()
+		w, err := m.Extend(alone, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, w)
+		alone.Free()
+	}
+	got, err := m.ExtendBatch(cs, news)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := make([]int, len(cs))
+	for i := range cs {
+		d := 0.0
+		for v := range want[i] {
+			d = math.Max(d, math.Abs(float64(got[i][v]-want[i][v])))
+		}
+		if d > 1e-4 || fmt.Sprint(cs[i].Tokens()) != fmt.Sprint(full[i]) {
+			t.Errorf("sequence %d: logits differ from Extend's by %g; tokens %v, want %v", i, d, cs[i].Tokens(), full[i])
+		}
+		next[i] = argmax(got[i])
+	}
+	gen := make([][]int, len(cs))
+	for i := range cs {
+		gen[i] = []int{next[i]}
+	}
+	for range 4 {
+		out, err := m.DecodeBatch(cs, next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range cs {
+			next[i] = argmax(out[i])
+			gen[i] = append(gen[i], next[i])
+		}
+	}
+	for i := range cs {
+		w, _ := m.Greedy(full[i], len(gen[i]), nil, false)
+		if fmt.Sprint(gen[i]) != fmt.Sprint(w) {
+			t.Errorf("sequence %d decoded after the batched extend: %v, alone %v", i, gen[i], w)
+		}
+	}
+	if _, err := m.ExtendBatch([]*SeqCache{f5, f5}, [][]int{{1}, {2}}); err == nil {
+		t.Error("a sequence listed twice was accepted")
+	}
+	for _, c := range append(cs, root, grouped[0]) {
+		c.Free()
+	}
+	if n := LiveTensors(); n != base {
+		t.Errorf("%d tensors live after every cache was freed, %d before", n, base)
+	}
+}

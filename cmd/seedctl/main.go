@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/rs/zerolog"
@@ -34,6 +35,9 @@ func main() {
 // the cli context's metadata.
 const loggerKey = "logger"
 
+// profileKey holds the --cpuprofile file while the profile runs.
+const profileKey = "cpuprofile"
+
 func newApp() *cli.App {
 	app := &cli.App{
 		Name:    "seedctl",
@@ -55,6 +59,10 @@ func newApp() *cli.App {
 				Usage:   "console (for people) or json (one event per line, for machines)",
 				EnvVars: []string{"SEEDCTL_LOG_FORMAT"},
 			},
+			&cli.StringFlag{
+				Name:  "cpuprofile",
+				Usage: "write a Go CPU profile of the command to this file (go tool pprof -top seedctl FILE)",
+			},
 		},
 		Before: func(c *cli.Context) error {
 			log, err := newLogger(os.Stderr, c.String("log-level"), c.String("log-format"))
@@ -62,6 +70,24 @@ func newApp() *cli.App {
 				return cli.Exit(err.Error(), 2)
 			}
 			c.App.Metadata = map[string]any{loggerKey: log}
+			if f := c.String("cpuprofile"); f != "" {
+				out, err := os.Create(f)
+				if err != nil {
+					return cli.Exit(fmt.Sprintf("--cpuprofile %s: %v", f, err), 2)
+				}
+				if err := pprof.StartCPUProfile(out); err != nil {
+					out.Close()
+					return cli.Exit(fmt.Sprintf("--cpuprofile %s: %v", f, err), 2)
+				}
+				c.App.Metadata[profileKey] = out
+			}
+			return nil
+		},
+		After: func(c *cli.Context) error {
+			if out, ok := c.App.Metadata[profileKey].(*os.File); ok {
+				pprof.StopCPUProfile()
+				return out.Close()
+			}
 			return nil
 		},
 		Commands: []*cli.Command{

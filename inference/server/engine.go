@@ -144,6 +144,7 @@ type genJob struct {
 	gen    []tokenChoice
 	last   int // the sampled token not yet fed to the model
 	cached int // prompt tokens reused from the prefix cache
+	start  int // where the prompt's own tokens start (after the reused prefix)
 }
 
 // genEvent is a token, or the end of a sequence.
@@ -404,9 +405,7 @@ func (e *Engine) maybeRelease(s *snapshot) {
 }
 
 func (e *Engine) admit(js []*genJob) {
-	// Prompts that extend a cached prefix are continued one by one; the
-	// others are prefilled together (prefillFresh).
-	var fresh []*genJob
+	var ready []*genJob
 	for _, j := range js {
 		if err := j.ctx.Err(); err != nil {
 			continue // the requester is gone
@@ -418,15 +417,10 @@ func (e *Engine) admit(js []*genJob) {
 			seed = uint64(*j.seed)
 		}
 		j.rng = rand.New(rand.NewPCG(seed, 0x5eed))
-		start := e.reusePrefix(j)
-		if j.cache == nil {
-			fresh = append(fresh, j)
-			continue
-		}
-		last, err := j.snap.model.Extend(j.cache, j.prompt[start:])
-		e.started(j, last, err)
+		j.start = e.reusePrefix(j)
+		ready = append(ready, j)
 	}
-	e.prefillFresh(fresh)
+	e.prefillAll(ready)
 }
 
 // started takes a prefilled job on: its first token, or its end.
@@ -478,14 +472,12 @@ func (e *Engine) reusePrefix(j *genJob) int {
 	return bestN
 }
 
-// prefillFresh runs the prompts of jobs without a reusable prefix in
-// batched forwards (trainer.PrefillBatch) of at most ScoreBatchTokens
-// padded tokens, shortest first; a prompt several jobs share (the n
-// samples of one request) runs once and the others fork it.
-func (e *Engine) prefillFresh(js []*genJob) {
-	if len(js) == 0 {
-		return
-	}
+// prefillAll runs the jobs' prompts — the part after a reused prefix —
+// in batched forwards (trainer.ExtendBatch), grouped by length so little
+// goes to padding, each at most ScoreBatchTokens new tokens wide (and four
+// times that with the pasts). A prompt several jobs share without a
+// cached prefix (the n samples of one request) runs once; the others fork it.
+func (e *Engine) prefillAll(js []*genJob) {
 	type group struct {
 		lead   *genJob
 		others []*genJob
@@ -493,38 +485,53 @@ func (e *Engine) prefillFresh(js []*genJob) {
 	byPrompt := map[string]*group{}
 	var groups []*group
 	for _, j := range js {
-		key := fmt.Sprint(j.prompt)
-		if g, ok := byPrompt[key]; ok && g.lead.snap == j.snap {
-			g.others = append(g.others, j)
+		if j.cache == nil {
+			key := fmt.Sprint(j.prompt)
+			if g, ok := byPrompt[key]; ok && g.lead.snap == j.snap {
+				g.others = append(g.others, j)
+				continue
+			}
+			g := &group{lead: j}
+			byPrompt[key] = g
+			groups = append(groups, g)
 			continue
 		}
-		g := &group{lead: j}
-		byPrompt[key] = g
-		groups = append(groups, g)
+		groups = append(groups, &group{lead: j})
 	}
-	sort.SliceStable(groups, func(a, b int) bool { return len(groups[a].lead.prompt) < len(groups[b].lead.prompt) })
+	newLen := func(g *group) int { return len(g.lead.prompt) - g.lead.start }
+	sort.SliceStable(groups, func(a, b int) bool { return newLen(groups[a]) < newLen(groups[b]) })
 	budget := max(e.cfg.ScoreBatchTokens, 1)
 	for lo := 0; lo < len(groups); {
-		hi := lo + 1
-		// Sorted by length: the batch is as long as its last prompt.
-		for hi < len(groups) && groups[hi].lead.snap == groups[lo].lead.snap && (hi-lo+1)*len(groups[hi].lead.prompt) <= budget {
+		hi, widest := lo+1, len(groups[lo].lead.prompt)
+		for hi < len(groups) && groups[hi].lead.snap == groups[lo].lead.snap {
+			w := max(widest, len(groups[hi].lead.prompt))
+			if (hi-lo+1)*newLen(groups[hi]) > budget || (hi-lo+1)*w > 4*budget {
+				break
+			}
+			widest = w
 			hi++
 		}
 		batch := groups[lo:hi]
 		m := batch[0].lead.snap.model
 		caches := make([]*trainer.SeqCache, len(batch))
-		prompts := make([][]int, len(batch))
+		news := make([][]int, len(batch))
 		for i, g := range batch {
-			caches[i], prompts[i] = m.NewSeqCache(), g.lead.prompt
+			if g.lead.cache == nil {
+				g.lead.cache = m.NewSeqCache()
+			}
+			caches[i], news[i] = g.lead.cache, g.lead.prompt[g.lead.start:]
 		}
-		logits, err := m.PrefillBatch(caches, prompts)
+		logits, err := m.ExtendBatch(caches, news)
 		e.statsMu.Lock()
 		e.stats.PrefillBatches++
 		e.stats.PrefilledSeqs += int64(len(batch))
 		e.statsMu.Unlock()
 		for i, g := range batch {
 			if err != nil {
+				// A failed forward may have left some layers extended: the
+				// cache is not kept as a prefix.
 				caches[i].Free()
+				g.lead.cache = nil
 				for _, j := range append([]*genJob{g.lead}, g.others...) {
 					e.started(j, nil, err)
 				}
@@ -535,7 +542,6 @@ func (e *Engine) prefillFresh(js []*genJob) {
 				j.cache = fork
 				e.started(j, logits[i], ferr)
 			}
-			g.lead.cache = caches[i]
 			e.started(g.lead, logits[i], nil)
 		}
 		lo = hi
