@@ -75,6 +75,11 @@ func (c *SeqCache) extend(li int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
 	return appendKV(&c.k[li], &c.v[li], k, v)
 }
 
+// Own makes the cache hold its own keys and values (a copy of its row of
+// a decode group), so that a cache kept for later (a prefix cache) keeps
+// no other sequence's memory alive.
+func (c *SeqCache) Own() { c.leaveGroup() }
+
 // leaveGroup takes the sequence's keys and values back from its decode
 // group (a copy of its row), before anything but DecodeBatch uses them.
 func (c *SeqCache) leaveGroup() {

@@ -333,3 +333,34 @@ func TestExtendBatchEqualsExtend(t *testing.T) {
 		t.Errorf("%d tensors live after every cache was freed, %d before", n, base)
 	}
 }
+
+// A cache that owns its row keeps none of its decode group's memory: once
+// the group's other members are freed, only its own tensors are live.
+func TestOwnLetsTheGroupGo(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	m, _ := newTiny(t, ArchQwen2, 5)
+	base := LiveTensors()
+	cs := []*SeqCache{m.NewSeqCache(), m.NewSeqCache(), m.NewSeqCache()}
+	if _, err := m.PrefillBatch(cs, [][]int{{1, 2, 3}, {4, 5}, {6}}); err != nil {
+		t.Fatal(err)
+	}
+	cs[1].Own()
+	cs[0].Free()
+	cs[2].Free()
+	if n, want := LiveTensors()-base, 2*len(m.layers); n != want {
+		t.Errorf("%d tensors live for one owned cache, want its %d", n, want)
+	}
+	last, err := m.Extend(cs[1], []int{9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone := m.NewSeqCache()
+	want, _ := m.Extend(alone, []int{4, 5, 9})
+	for v := range want {
+		if math.Abs(float64(last[v]-want[v])) > 1e-4 {
+			t.Fatalf("the owned cache's logits differ at %d: %v vs %v", v, last[v], want[v])
+		}
+	}
+	cs[1].Free()
+	alone.Free()
+}

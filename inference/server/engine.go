@@ -618,6 +618,7 @@ func (e *Engine) keepPrefix(j *genJob) {
 		j.cache.Free()
 		return
 	}
+	j.cache.Own() // out of its decode group: the group's other rows are not kept alive by it
 	e.clock++
 	e.prefix = append(e.prefix, &prefixEntry{cache: j.cache, used: e.clock})
 	if len(e.prefix) > e.cfg.PrefixCacheEntries {
