@@ -145,35 +145,12 @@ func (m *Model) lastLogits(hN *ts.Tensor) [][]float32 {
 // query to its own past and new tokens. Afterwards each cache holds its
 // own keys and values again (the padding cut out). All empty: PrefillBatch.
 func (m *Model) ExtendBatch(cs []*SeqCache, news [][]int) (out [][]float32, err error) {
-	if len(cs) == 0 || len(cs) != len(news) {
-		return nil, fmt.Errorf("batched extend: %d sequences, %d token lists", len(cs), len(news))
+	t, pmax, err := m.checkBatch("batched extend", cs, news)
+	if err != nil {
+		return nil, err
 	}
-	empty := true
-	t, pmax := 0, 0
-	for i, c := range cs {
-		switch {
-		case c.model != m:
-			return nil, ErrCacheModel
-		case len(news[i]) == 0:
-			return nil, fmt.Errorf("batched extend: sequence %d has no new tokens", i)
-		}
-		for _, id := range news[i] {
-			if id < 0 || id >= m.cfg.VocabSize {
-				return nil, fmt.Errorf("batched extend: token id %d is outside the vocabulary (%d)", id, m.cfg.VocabSize)
-			}
-		}
-		empty = empty && c.Len() == 0
-		t, pmax = max(t, len(news[i])), max(pmax, c.Len())
-	}
-	if empty {
-		return m.PrefillBatch(cs, news)
-	}
-	for i, c := range cs {
-		for _, d := range cs[:i] {
-			if d == c {
-				return nil, fmt.Errorf("batched extend: sequence %d is listed twice", i)
-			}
-		}
+	if pmax == 0 {
+		return m.prefillBatch(cs, news, t)
 	}
 	defer guard(&err, "batched extend")
 	for _, c := range cs {
@@ -220,30 +197,12 @@ type raggedStore struct {
 
 func (s *raggedStore) extend(li int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
 	sz := k.MustSize() // [B, nKV, T, hd]
-	past := func(own func(c *SeqCache) *ts.Tensor) *ts.Tensor {
-		parts := make([]*ts.Tensor, len(s.cs))
-		var owned []*ts.Tensor
-		for i, c := range s.cs {
-			n := c.Len()
-			pad := s.pmax - n
-			switch {
-			case pad == 0:
-				parts[i] = own(c)
-			case n == 0:
-				parts[i] = must(ts.Zeros([]int64{1, sz[1], int64(pad), sz[3]}, k.DType(), k.MustDevice()))
-				owned = append(owned, parts[i])
-			default:
-				z := must(ts.Zeros([]int64{1, sz[1], int64(pad), sz[3]}, k.DType(), k.MustDevice()))
-				parts[i] = must(ts.Cat([]*ts.Tensor{z, own(c)}, 2))
-				owned = append(owned, z, parts[i])
-			}
-		}
-		out := must(ts.Cat(parts, 0))
-		drop(owned...)
-		return out
+	lens := make([]int, len(s.cs))
+	ks, vs := make([]*ts.Tensor, len(s.cs)), make([]*ts.Tensor, len(s.cs))
+	for i, c := range s.cs {
+		lens[i], ks[i], vs[i] = c.Len(), c.k[li], c.v[li]
 	}
-	pk := past(func(c *SeqCache) *ts.Tensor { return c.k[li] })
-	pv := past(func(c *SeqCache) *ts.Tensor { return c.v[li] })
+	pk, pv := leftPadded(ks, lens, s.pmax, k), leftPadded(vs, lens, s.pmax, v)
 	K := must(ts.Cat([]*ts.Tensor{pk, k}, 2))
 	V := must(ts.Cat([]*ts.Tensor{pv, v}, 2))
 	drop(pk, pv, k, v)
@@ -277,26 +236,45 @@ func (s *raggedStore) extend(li int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
 // as one decode group, so the first DecodeBatch over the same sequences
 // appends a column instead of gathering them.
 func (m *Model) PrefillBatch(cs []*SeqCache, prompts [][]int) (out [][]float32, err error) {
-	if len(cs) == 0 || len(cs) != len(prompts) {
-		return nil, fmt.Errorf("batched prefill: %d sequences, %d prompts", len(cs), len(prompts))
+	t, pmax, err := m.checkBatch("batched prefill", cs, prompts)
+	if err != nil {
+		return nil, err
 	}
-	t := 0
+	if pmax > 0 {
+		return nil, fmt.Errorf("batched prefill: a sequence has %d cached tokens (ExtendBatch continues sequences)", pmax)
+	}
+	return m.prefillBatch(cs, prompts, t)
+}
+
+// checkBatch checks a batched forward's sequences and their new tokens and
+// returns the longest new part and the longest cached past.
+func (m *Model) checkBatch(what string, cs []*SeqCache, news [][]int) (t, pmax int, err error) {
+	if len(cs) == 0 || len(cs) != len(news) {
+		return 0, 0, fmt.Errorf("%s: %d sequences, %d token lists", what, len(cs), len(news))
+	}
+	seen := make(map[*SeqCache]bool, len(cs))
 	for i, c := range cs {
 		switch {
 		case c.model != m:
-			return nil, ErrCacheModel
-		case c.Len() != 0:
-			return nil, fmt.Errorf("batched prefill: sequence %d has %d cached tokens (Extend continues a sequence)", i, c.Len())
-		case len(prompts[i]) == 0:
-			return nil, fmt.Errorf("batched prefill: prompt %d is empty", i)
+			return 0, 0, ErrCacheModel
+		case len(news[i]) == 0:
+			return 0, 0, fmt.Errorf("%s: sequence %d has no new tokens", what, i)
+		case seen[c]:
+			return 0, 0, fmt.Errorf("%s: sequence %d is listed twice", what, i)
 		}
-		for _, id := range prompts[i] {
+		seen[c] = true
+		for _, id := range news[i] {
 			if id < 0 || id >= m.cfg.VocabSize {
-				return nil, fmt.Errorf("batched prefill: token id %d is outside the vocabulary (%d)", id, m.cfg.VocabSize)
+				return 0, 0, fmt.Errorf("%s: token id %d is outside the vocabulary (%d)", what, id, m.cfg.VocabSize)
 			}
 		}
-		t = max(t, len(prompts[i]))
+		t, pmax = max(t, len(news[i])), max(pmax, c.Len())
 	}
+	return t, pmax, nil
+}
+
+// prefillBatch is PrefillBatch after checkBatch; t is the longest prompt.
+func (m *Model) prefillBatch(cs []*SeqCache, prompts [][]int, t int) (out [][]float32, err error) {
 	b := len(cs)
 	flat := make([]int64, b*t)
 	pos := make([]float32, b*t)
@@ -448,32 +426,43 @@ func (g *decodeGroup) keep(rows []int) {
 // caches, left-padded to the longest, and frees them.
 func (g *decodeGroup) extend(li int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
 	if g.fresh && g.smax > 0 {
-		sz := k.MustSize() // [B, nKV, 1, hd]
-		var kp, vp, owned []*ts.Tensor
+		ks, vs := make([]*ts.Tensor, len(g.seqs)), make([]*ts.Tensor, len(g.seqs))
 		for b, c := range g.seqs {
-			n := g.lens[b]
-			kb, vb := c.k[li], c.v[li]
-			if pad := g.smax - n; pad > 0 {
-				z := must(ts.Zeros([]int64{1, sz[1], int64(pad), sz[3]}, k.DType(), k.MustDevice()))
-				owned = append(owned, z)
-				if n > 0 {
-					kb = must(ts.Cat([]*ts.Tensor{z, kb}, 2))
-					vb = must(ts.Cat([]*ts.Tensor{z, vb}, 2))
-					owned = append(owned, kb, vb)
-				} else {
-					kb, vb = z, z
-				}
-			}
-			kp, vp = append(kp, kb), append(vp, vb)
+			ks[b], vs[b] = c.k[li], c.v[li]
 		}
-		g.k[li], g.v[li] = must(ts.Cat(kp, 0)), must(ts.Cat(vp, 0))
-		drop(owned...)
+		g.k[li], g.v[li] = leftPadded(ks, g.lens, g.smax, k), leftPadded(vs, g.lens, g.smax, v)
 		for _, c := range g.seqs {
 			drop(c.k[li], c.v[li])
 			c.k[li], c.v[li] = nil, nil
 		}
 	}
 	return appendKV(&g.k[li], &g.v[li], k, v)
+}
+
+// leftPadded stacks one layer's rows [1, nKV, lens[i], hd] (nil where
+// lens[i] is 0) into [B, nKV, width, hd], each right-aligned after zeros in
+// like's dtype and device.
+func leftPadded(rows []*ts.Tensor, lens []int, width int, like *ts.Tensor) *ts.Tensor {
+	sz := like.MustSize() // [B, nKV, T, hd]
+	parts := make([]*ts.Tensor, len(rows))
+	var owned []*ts.Tensor
+	for i, r := range rows {
+		pad := width - lens[i]
+		if pad == 0 {
+			parts[i] = r
+			continue
+		}
+		z := must(ts.Zeros([]int64{1, sz[1], int64(pad), sz[3]}, like.DType(), like.MustDevice()))
+		owned = append(owned, z)
+		parts[i] = z
+		if lens[i] > 0 {
+			parts[i] = must(ts.Cat([]*ts.Tensor{z, r}, 2))
+			owned = append(owned, parts[i])
+		}
+	}
+	out := must(ts.Cat(parts, 0))
+	drop(owned...)
+	return out
 }
 
 // decodeGroupFor returns the group DecodeBatch advances cs in: their
