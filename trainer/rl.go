@@ -669,8 +669,10 @@ func (m *Model) headChunk(leaf *ts.Tensor, lo, c int, ids []int64, keep []float3
 	// The entropy is read for the RL step's metrics; it keeps a graph only
 	// with the bonus. The NLL of SFT has no use for it.
 	var ent *ts.Tensor
-	ev := make([]float32, c)
-	if entropy != entropyNone {
+	var ev []float32
+	if entropy == entropyNone {
+		ev = make([]float32, c) // derivs sees 0
+	} else {
 		d := logp
 		if !withGrad {
 			d = must(logp.Detach(false))
