@@ -20,9 +20,14 @@ build:
 test:
     go test ./...
 
-# The same tests built against libtorch 2.11 (PyPI's torch wheel, CPU): the GPU users' libtorch; PKGS narrows them
+# The same tests built against libtorch 2.11 (PyPI's torch wheel, CPU): the GPU users' libtorch; PKGS narrows them. Then check-nccl
 test-torch2 *PKGS:
     ./scripts/test-torch2.sh {{PKGS}}
+    ./scripts/check-nccl.sh
+
+# The NCCL process group compiles and links against the CUDA build of that wheel (runs on a GPU only: seedctl doctor there)
+check-nccl:
+    ./scripts/check-nccl.sh
 
 # Fuzz the server's request decoder and the AgentGym server (DURATION each, e.g. 10m); their seed corpora run with every `just test`
 fuzz DURATION="1m":

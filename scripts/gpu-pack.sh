@@ -36,6 +36,9 @@ LIMIT_MB=60
 SEEDCTL_TORCH2_VERSION="$TORCH_VERSION" ./scripts/test-torch2.sh --install-only
 PKG="$ROOT/.build/torch2"
 [[ -f "$PKG/torch/lib/libtorch_cuda.so" || $CPU == 1 ]] || die "the torch $TORCH_VERSION wheel has no libtorch_cuda.so"
+# NCCL's and CUDA's headers, so that the CUDA build has its NCCL process
+# group (doctor's dist line forms a one-rank group on the GPU).
+[[ $CPU == 1 ]] || ./scripts/fetch-cuda-headers.sh "$PKG"
 
 # The base model: the cached tiny household policy (built on first use).
 go build -o "$ROOT/bin/seedctl" ./cmd/seedctl

@@ -82,9 +82,25 @@ if [[ ! -d "$SRC/libtch" ]]; then
   rm -rf "$tmp"
 fi
 
+# ---- NCCL (CUDA builds) ------------------------------------------------------
+# ProcessGroupNCCL.hpp needs nccl.h and the CUDA headers ATen's CUDA context
+# includes (runtime, crt, cuBLAS, cuSPARSE, cuSOLVER). A Python torch's are
+# pip's nvidia-* packages beside it (nvidia/cu13/include, or one folder per
+# package for CUDA 12, and nvidia/nccl/include); an archive's are under
+# CUDA_HOME, and NCCL_HOME or /usr/include. SEEDCTL_NCCL=0 leaves NCCL out.
+NCCL_INC=()
+if [[ "$DEVICE" == cuda && "${SEEDCTL_NCCL:-1}" != 0 ]]; then
+  if [[ -f "$LT_ROOT/version.py" ]]; then
+    for d in "$(dirname "$LT_ROOT")"/nvidia/*/include; do [[ -d "$d" ]] && NCCL_INC+=("-I$d"); done
+  fi
+  [[ -n "${NCCL_HOME:-}" ]] && NCCL_INC+=("-I$NCCL_HOME/include")
+  [[ -f "$LT_ROOT/version.py" ]] || NCCL_INC+=("-I${CUDA_HOME:-/usr/local/cuda}/include")
+fi
+NCCL_KEY="$(printf '%s\n' "${NCCL_INC[@]}" | sha256sum | cut -c1-8)"
+
 LIST="$LISTS/libtorch-$LT_VERSION-missing-wrappers.txt"
 SELF_HASH="$({ cat "${BASH_SOURCE[0]}"; cat "$LIST" 2>/dev/null || true; cat "$LISTS"/c10d/*; } | sha256sum | cut -c1-16)"
-STAMP="gotch=$GOTCH_VERSION libtorch=$LT_VERSION root=$LT_ROOT device=$DEVICE abi=$ABI script=$SELF_HASH probe=${SEEDCTL_GOTCH_PROBE:-0}"
+STAMP="gotch=$GOTCH_VERSION libtorch=$LT_VERSION root=$LT_ROOT device=$DEVICE abi=$ABI nccl=${SEEDCTL_NCCL:-1}:$NCCL_KEY script=$SELF_HASH probe=${SEEDCTL_GOTCH_PROBE:-0}"
 if [[ -f "$DEST/.seedctl-prepared" && "$(cat "$DEST/.seedctl-prepared")" == "$STAMP" ]]; then
   log "up to date ($STAMP)"
   exit 0
@@ -144,6 +160,24 @@ CXXINC="-I\${SRCDIR} $INC"
   echo 'import "C"'
 } >"$DEST.tmp/libtch/lib.go"
 sed 's/^package libtch$/package c10d/' "$DEST.tmp/libtch/lib.go" >"$DEST.tmp/libtch/c10d/lib.go"
+# The NCCL process group is compiled in when the shim compiles with it
+# (a syntax-only probe, ~15 s); otherwise c10d's NCCL calls say what is
+# missing. .seedctl-nccl records the outcome.
+if ((${#NCCL_INC[@]})); then
+  probe_out="$(g++ -std=c++17 -fsyntax-only -w "-D_GLIBCXX_USE_CXX11_ABI=$ABI" -DSEEDCTL_NCCL $INC "${NCCL_INC[@]}" \
+    "$DEST.tmp/libtch/c10d/c10d_shim.cpp" 2>&1)" && nccl_ok=1 || nccl_ok=0
+  if ((nccl_ok)); then
+    sed -i "s|^import \"C\"$|// #cgo CXXFLAGS: -DSEEDCTL_NCCL -Wno-interference-size ${NCCL_INC[*]}\nimport \"C\"|" "$DEST.tmp/libtch/c10d/lib.go"
+    echo "yes" >"$DEST.tmp/.seedctl-nccl"
+    log "NCCL process group: compiled in (headers: ${NCCL_INC[*]})"
+  else
+    why="$(grep -m1 -E 'fatal error|error:' <<<"$probe_out" || true)"
+    echo "no: ${why:-the shim did not compile with SEEDCTL_NCCL}" >"$DEST.tmp/.seedctl-nccl"
+    log "NCCL process group: left out, the shim does not compile with it ($why); scripts/fetch-cuda-headers.sh fetches the headers for a Python torch"
+  fi
+else
+  echo "no: $([[ $DEVICE == cuda ]] && echo "SEEDCTL_NCCL=0" || echo "a CPU build")" >"$DEST.tmp/.seedctl-nccl"
+fi
 
 # ---- fixes to gotch itself ------------------------------------------------
 # AtGradSetEnabled reads the C int result through an *int (8 bytes), so the

@@ -3,8 +3,10 @@ package trainer
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -14,7 +16,8 @@ import (
 )
 
 // Data parallelism over libtorch's own distributed engine, c10d: ranks
-// meet at a TCPStore (rank 0 serves it) and form a Gloo process group;
+// meet at a TCPStore (rank 0 serves it) and form a process group (Gloo
+// for CPU ranks, NCCL for CUDA ranks, one GPU each);
 // each rank computes gradients on its share of the rows, the gradients
 // are summed across ranks in buckets, and every rank then takes the same
 // optimizer step, so all ranks hold identical weights. The loss's token
@@ -34,6 +37,48 @@ type DistConfig struct {
 	// BucketBytes is the size of the gradient buckets all-reduced at once
 	// (PyTorch DDP's default is 25 MiB).
 	BucketBytes int64
+	// Backend is the process group's: BackendGloo (CPU tensors, the
+	// default when empty) or BackendNCCL (CUDA tensors).
+	Backend string
+	// Device is this rank's CUDA device index (NCCL): its model's GPU.
+	Device int
+}
+
+// Process group backends.
+const (
+	BackendGloo = "gloo"
+	BackendNCCL = "nccl"
+)
+
+// BackendFor is the backend of ranks whose model is on device: NCCL for
+// "cuda"/"cuda:N", Gloo otherwise.
+func BackendFor(device string) string {
+	if device == "cuda" || strings.HasPrefix(device, "cuda:") {
+		return BackendNCCL
+	}
+	return BackendGloo
+}
+
+// CUDAIndex is the GPU index a device name gives ("cuda" is 0, "cuda:N"
+// is N); ok is false for a CPU device.
+func CUDAIndex(device string) (index int, ok bool) {
+	if device == "cuda" {
+		return 0, true
+	}
+	if n, err := strconv.Atoi(strings.TrimPrefix(device, "cuda:")); err == nil && strings.HasPrefix(device, "cuda:") && n >= 0 {
+		return n, true
+	}
+	return 0, false
+}
+
+func (c DistConfig) backend() (int, error) {
+	switch c.Backend {
+	case "", BackendGloo:
+		return c10d.Gloo, nil
+	case BackendNCCL:
+		return c10d.NCCL, nil
+	}
+	return 0, fmt.Errorf("dist: backend %q: want %s or %s", c.Backend, BackendGloo, BackendNCCL)
 }
 
 // DefaultDistConfig is one rank of one (no parallelism) on loopback.
@@ -56,8 +101,11 @@ func (c DistConfig) Validate() error {
 		return fmt.Errorf("dist: timeout %v must be positive", c.Timeout)
 	case c.BucketBytes < 1:
 		return fmt.Errorf("dist: bucket size %d bytes must be positive", c.BucketBytes)
+	case c.Device < 0:
+		return fmt.Errorf("dist: CUDA device %d must not be negative", c.Device)
 	}
-	return nil
+	_, err := c.backend()
+	return err
 }
 
 // DistConfigFromEnv reads torchrun's variables (MASTER_ADDR, MASTER_PORT,
@@ -89,15 +137,20 @@ func DistConfigFromEnv() (cfg DistConfig, ok bool, err error) {
 	return cfg, true, cfg.Validate()
 }
 
-// DistAvailable reports whether this libtorch build has c10d's Gloo
-// process group (Debian's libtorch with libgloo-dev does; PyPI's torch
-// wheels ship no Gloo headers).
-func DistAvailable() bool { return c10d.Available() }
+// DistAvailable reports whether this build has the backend's process
+// group: Gloo with Debian's libtorch and libgloo-dev (PyPI's torch wheels
+// ship no Gloo headers); NCCL with a CUDA libtorch 2.x built with NCCL's
+// and CUDA's headers (scripts/prepare-gotch.sh, docs/gpu.md).
+func DistAvailable(backend string) bool {
+	b, err := DistConfig{Backend: backend}.backend()
+	return err == nil && c10d.Available(b)
+}
 
 // ProcessGroup is this process's membership of a data-parallel group.
 type ProcessGroup struct {
 	h           unsafe.Pointer
 	rank, world int
+	dev         gotch.Device // where the host numbers reduced go (NCCL: the rank's GPU)
 	bucketBytes int64
 	comm        CommStats // since the group was formed
 }
@@ -139,11 +192,16 @@ func NewProcessGroup(cfg DistConfig) (*ProcessGroup, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	h, err := c10d.New(cfg.Addr, cfg.Port, cfg.Rank, cfg.World, cfg.Timeout)
+	b, _ := cfg.backend()
+	h, err := c10d.New(cfg.Addr, cfg.Port, cfg.Rank, cfg.World, cfg.Timeout, b, cfg.Device)
 	if err != nil {
-		return nil, fmt.Errorf("dist: rank %d of %d joining %s:%d: %w", cfg.Rank, cfg.World, cfg.Addr, cfg.Port, err)
+		return nil, fmt.Errorf("dist: rank %d of %d joining %s:%d (%s): %w", cfg.Rank, cfg.World, cfg.Addr, cfg.Port, cfg.Backend, err)
 	}
-	return &ProcessGroup{h: h, rank: cfg.Rank, world: cfg.World, bucketBytes: cfg.BucketBytes}, nil
+	dev := gotch.CPU
+	if b == c10d.NCCL {
+		dev = gotch.CudaBuilder(uint(cfg.Device))
+	}
+	return &ProcessGroup{h: h, rank: cfg.Rank, world: cfg.World, dev: dev, bucketBytes: cfg.BucketBytes}, nil
 }
 
 // Rank is this process's rank; World the group's size.
@@ -211,6 +269,11 @@ func (g *ProcessGroup) reduceFloats(v []float64, op int) (out []float64, err err
 	}
 	defer guard(&err, "dist: reducing statistics")
 	t := ts.MustOfSlice(v)
+	if g.dev != gotch.CPU {
+		c := must(t.To(g.dev, true))
+		drop(t)
+		t = c
+	}
 	defer drop(t)
 	defer g.count([]*ts.Tensor{t}, time.Now())
 	if err := c10d.AllReduce(g.h, []unsafe.Pointer{t.Ctensor()}, op); err != nil {
@@ -330,4 +393,49 @@ func (m *Model) defineGrads() (err error) {
 	must0(total.Backward())
 	drop(total)
 	return nil
+}
+
+// CheckProcessGroup forms a one-rank group of the backend on a free
+// loopback port and runs each collective the trainer uses on a tensor of
+// the backend's device (NCCL: CUDA device index device), checking the
+// results; it says how long that took, or which step failed. seedctl
+// doctor runs it.
+func CheckProcessGroup(backend string, device int, timeout time.Duration) (took time.Duration, err error) {
+	start := time.Now()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("dist check: a loopback port: %w", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cfg := DefaultDistConfig()
+	cfg.Port, cfg.Backend, cfg.Device, cfg.Timeout = port, backend, device, timeout
+	g, err := NewProcessGroup(cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer g.Close()
+	defer guard(&err, "dist check")
+	x := ts.MustOfSlice([]float32{1, 2, 3})
+	if g.dev != gotch.CPU {
+		c := must(x.To(g.dev, true))
+		drop(x)
+		x = c
+	}
+	defer drop(x)
+	if err := g.AllReduceSum([]*ts.Tensor{x}); err != nil {
+		return 0, err
+	}
+	if err := g.Broadcast([]*ts.Tensor{x}, 0); err != nil {
+		return 0, err
+	}
+	if err := g.Barrier(); err != nil {
+		return 0, err
+	}
+	back := must(x.To(gotch.CPU, false))
+	defer drop(back)
+	if v := back.Float64Values(); len(v) != 3 || v[0] != 1 || v[1] != 2 || v[2] != 3 {
+		return 0, fmt.Errorf("dist check: one rank's all-reduce and broadcast of [1 2 3] gave %v", v)
+	}
+	return time.Since(start), nil
 }

@@ -20,7 +20,7 @@ import (
 //
 //	go test ./trainer -run '^$' -bench DataParallelStep -benchtime 10x
 func BenchmarkDataParallelStep(b *testing.B) {
-	if !DistAvailable() {
+	if !DistAvailable(BackendGloo) {
 		b.Skip("this libtorch build has no Gloo process group")
 	}
 	const rows, seq = 16, 128

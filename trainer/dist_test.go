@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -19,7 +20,7 @@ import (
 // libtorch 1.13, where ./setup.sh installs what it needs.
 func needDist(t *testing.T) {
 	t.Helper()
-	if DistAvailable() {
+	if DistAvailable(BackendGloo) {
 		return
 	}
 	if info, err := Runtime(); err == nil && strings.HasPrefix(info.LibtorchVersion, "1.13") {
@@ -525,5 +526,80 @@ func TestDataParallelSFTEqualsSingleProcess(t *testing.T) {
 				t.Errorf("rank %d step %d: loss %v, one process %v", r, k, rankLosses[r][k], losses[k])
 			}
 		}
+	}
+}
+
+func TestDistBackends(t *testing.T) {
+	for _, c := range []struct {
+		device, backend string
+		index           int
+		cuda            bool
+	}{
+		{"cpu", BackendGloo, 0, false},
+		{"", BackendGloo, 0, false},
+		{"cuda", BackendNCCL, 0, true},
+		{"cuda:5", BackendNCCL, 5, true},
+		{"cuda:x", BackendNCCL, 0, false},
+	} {
+		if b := BackendFor(c.device); b != c.backend {
+			t.Errorf("BackendFor(%q) = %s, want %s", c.device, b, c.backend)
+		}
+		if i, ok := CUDAIndex(c.device); i != c.index || ok != c.cuda {
+			t.Errorf("CUDAIndex(%q) = %d, %v", c.device, i, ok)
+		}
+	}
+	cfg := DefaultDistConfig()
+	cfg.Backend = "mpi"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `backend "mpi"`) {
+		t.Errorf("an unknown backend: %v", err)
+	}
+	if DistAvailable("mpi") {
+		t.Error("an unknown backend is available")
+	}
+	if DistAvailable(BackendNCCL) {
+		return
+	}
+	cfg = DefaultDistConfig()
+	cfg.Backend, cfg.Port = BackendNCCL, freePort(t)
+	if _, err := NewProcessGroup(cfg); err == nil || !strings.Contains(err.Error(), "no NCCL process group") {
+		t.Errorf("NCCL in a build without it: %v", err)
+	}
+}
+
+// TestNCCLProcessGroup forms a one-rank NCCL group on the first GPU and
+// runs every collective the trainer uses (two NCCL ranks need two GPUs;
+// the data-parallel step's arithmetic is the Gloo tests'). Runs where the
+// build has NCCL and libtorch sees a GPU: scripts/gpu/gpu-check.sh.
+func TestNCCLProcessGroup(t *testing.T) {
+	if !DistAvailable(BackendNCCL) || !gotch.CUDA.IsAvailable() {
+		t.Skip("needs a build with NCCL and a GPU")
+	}
+	cfg := DefaultDistConfig()
+	cfg.Backend, cfg.Port, cfg.Timeout = BackendNCCL, freePort(t), 30*time.Second
+	g, err := NewProcessGroup(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	x := ts.MustOfSlice([]float32{1, 2, 3}).MustTo(gotch.CudaBuilder(0), true)
+	defer x.MustDrop()
+	if err := g.AllReduceSum([]*ts.Tensor{x}); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Broadcast([]*ts.Tensor{x}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := x.MustTo(gotch.CPU, false).Float64Values(); got[0] != 1 || got[2] != 3 {
+		t.Errorf("one rank's sum and broadcast changed the tensor: %v", got)
+	}
+	sum, err := g.SumFloats([]float64{1.5, -2})
+	if err != nil || sum[0] != 1.5 || sum[1] != -2 {
+		t.Errorf("SumFloats on one rank: %v, %v", sum, err)
+	}
+	if err := g.Barrier(); err != nil {
+		t.Fatal(err)
+	}
+	if g.Comm().Calls != 3 {
+		t.Errorf("collectives counted: %+v, want 3", g.Comm())
 	}
 }

@@ -62,13 +62,40 @@ type rankDist struct {
 	Rank     int     `json:"rank"`
 	World    int     `json:"world"`
 	TimeoutS float64 `json:"timeout_s"`
+	// Backend is the run's (from its --device): every rank uses it.
+	Backend string `json:"backend,omitempty"`
 }
 
-func (d rankDist) config() trainer.DistConfig {
+// config is the group for a rank whose model is on device: an NCCL
+// rank's GPU is its CUDA device. A device of the other kind than the
+// run's fails, naming both.
+func (d rankDist) config(device string) (trainer.DistConfig, error) {
 	c := trainer.DefaultDistConfig()
 	c.Addr, c.Port, c.Rank, c.World = d.Addr, d.Port, d.Rank, d.World
 	c.Timeout = time.Duration(d.TimeoutS * float64(time.Second))
-	return c
+	c.Backend = d.Backend
+	if c.Backend == "" {
+		c.Backend = trainer.BackendGloo
+	}
+	if own := trainer.BackendFor(device); own != c.Backend {
+		return c, fmt.Errorf("rank %d: the run's ranks use %s but this rank's device is %s (%s): give every host the run's --device kind", d.Rank, c.Backend, device, own)
+	}
+	c.Device, _ = trainer.CUDAIndex(device)
+	return c, c.Validate()
+}
+
+// rankDevice is the device of the local-th of a host's ranks: with
+// --device cuda each takes its own GPU, cuda:local (torchrun's LOCAL_RANK
+// convention); CPU ranks share the CPU. An explicit cuda:N names one GPU,
+// so it serves one rank per host.
+func rankDevice(device string, local, perHost int) (string, error) {
+	switch {
+	case device == "cuda":
+		return fmt.Sprintf("cuda:%d", local), nil
+	case trainer.BackendFor(device) == trainer.BackendNCCL && perHost > 1:
+		return "", fmt.Errorf("--device %s names one GPU but %d ranks run on this host: give --device cuda (rank k takes cuda:k)", device, perHost)
+	}
+	return device, nil
 }
 
 // rankHello is the first line a rank that dialled in sends.
@@ -123,6 +150,26 @@ func (o distOptions) validate() error {
 		return fmt.Errorf("--master-port %d must be in 1..65535 (0: a free port, one host only)", o.masterPort)
 	}
 	return nil
+}
+
+// checkBuild refuses what this build cannot do with these ranks: ZeRO
+// without ranks to shard over, and a process group whose backend (Gloo for
+// CPU ranks, NCCL for CUDA ones) the build lacks; available is
+// trainer.DistAvailable.
+func (o distOptions) checkBuild(available func(backend string) bool) error {
+	ranks, backend := o.ranks(), trainer.BackendFor(o.device)
+	switch {
+	case o.zero && ranks < 2:
+		return errors.New("--zero shards the optimizer across learner ranks: give --nproc 2 or more")
+	case ranks < 2:
+		return nil
+	case backend == trainer.BackendGloo && !available(backend):
+		return fmt.Errorf("%d learner ranks: this libtorch build has no Gloo process group (Debian's libtorch with libgloo-dev has: ./setup.sh)", ranks)
+	case !available(backend):
+		return fmt.Errorf("%d learner ranks with --device %s: this build has no NCCL process group (it needs a CUDA libtorch 2.x and, when seedctl is built, NCCL's and CUDA's headers: docs/gpu.md, \"Data parallelism over c10d\")", ranks, o.device)
+	}
+	_, err := rankDevice(o.device, 0, o.nproc)
+	return err
 }
 
 // ranks is every rank of the group.
@@ -213,6 +260,11 @@ func newDistLearner(o distOptions, log zerolog.Logger) orchestrator.LearnerFacto
 			}
 			port = p
 		}
+		backend := trainer.BackendFor(o.device)
+		dev0, err := rankDevice(o.device, 0, o.nproc)
+		if err != nil {
+			return nil, err
+		}
 		d := &distLearner{zero: o.zero}
 		fail := func(err error) (orchestrator.Learner, error) {
 			d.stopWorkers()
@@ -232,7 +284,11 @@ func newDistLearner(o distOptions, log zerolog.Logger) orchestrator.LearnerFacto
 			return fail(err)
 		}
 		for r := 1; r < o.nproc; r++ {
-			p, err := startLocalRank(self, o.device, r)
+			dev, err := rankDevice(o.device, r, o.nproc)
+			if err != nil {
+				return fail(err)
+			}
+			p, err := startLocalRank(self, dev, r)
 			if err != nil {
 				return fail(err)
 			}
@@ -240,7 +296,7 @@ func newDistLearner(o distOptions, log zerolog.Logger) orchestrator.LearnerFacto
 		}
 		slices.SortFunc(d.workers, func(a, b *rankProc) int { return a.rank - b.rank }) // rescoring gathers in rank order
 		for _, p := range d.workers {
-			dist := &rankDist{Addr: addr, Port: port, Rank: p.rank, World: world, TimeoutS: o.timeout.Seconds()}
+			dist := &rankDist{Addr: addr, Port: port, Rank: p.rank, World: world, TimeoutS: o.timeout.Seconds(), Backend: backend}
 			if err := p.send(rankRequest{Op: "load", Spec: &spec, Zero: o.zero, Dist: dist}); err != nil {
 				return fail(err)
 			}
@@ -253,12 +309,15 @@ func newDistLearner(o distOptions, log zerolog.Logger) orchestrator.LearnerFacto
 				return fail(fmt.Errorf("%s before the rendezvous: %v%s", p.name(), err, r.Error))
 			}
 		}
-		cfg := rankDist{Addr: addr, Port: port, Rank: 0, World: world, TimeoutS: o.timeout.Seconds()}.config()
+		cfg, err := rankDist{Addr: addr, Port: port, Rank: 0, World: world, TimeoutS: o.timeout.Seconds(), Backend: backend}.config(dev0)
+		if err != nil {
+			return fail(err)
+		}
 		g, err := trainer.NewProcessGroup(cfg)
 		if err != nil {
 			return fail(fmt.Errorf("--nproc %d, world %d: %w", o.nproc, world, err))
 		}
-		l, err := loadLearner(o.device, spec, g, o.zero)
+		l, err := loadLearner(dev0, spec, g, o.zero)
 		if err != nil {
 			g.Close()
 			return fail(err)
@@ -567,7 +626,11 @@ func learnerNodeCommand() *cli.Command {
 			}
 			cmds := make([]*exec.Cmd, n)
 			for i := range cmds {
-				cmds[i] = exec.CommandContext(c.Context, self, "learner-rank", "--device", c.String("device"),
+				dev, err := rankDevice(c.String("device"), i, n)
+				if err != nil {
+					return cli.Exit("learner-node: "+err.Error(), 2)
+				}
+				cmds[i] = exec.CommandContext(c.Context, self, "learner-rank", "--device", dev,
 					"--connect", c.String("connect"), "--connect-timeout", c.Duration("connect-timeout").String())
 				cmds[i].Stdout, cmds[i].Stderr = os.Stderr, os.Stderr
 				if err := cmds[i].Start(); err != nil {
@@ -593,6 +656,14 @@ func serveLearnerRank(ctx context.Context, device string, stdin io.Reader, stdou
 	cfg, fromEnv, err := trainer.DistConfigFromEnv()
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("learner-rank: torchrun's variables (WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT): %v", err), 2)
+	}
+	if fromEnv {
+		// torchrun's LOCAL_RANK picks this rank's GPU, as in PyTorch.
+		if lr := os.Getenv("LOCAL_RANK"); lr != "" && device == "cuda" {
+			device = "cuda:" + lr
+		}
+		cfg.Backend = trainer.BackendFor(device)
+		cfg.Device, _ = trainer.CUDAIndex(device)
 	}
 	in := bufio.NewScanner(stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<30)
@@ -624,7 +695,10 @@ func serveLearnerRank(ctx context.Context, device string, stdin io.Reader, stdou
 			}
 			switch {
 			case req.Dist != nil:
-				cfg = req.Dist.config()
+				if cfg, err = req.Dist.config(device); err != nil {
+					answer(fail(err))
+					return err
+				}
 			case !fromEnv:
 				err := errors.New("learner-rank: a load without the group to join, and no torchrun variables (WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT)")
 				answer(fail(err))

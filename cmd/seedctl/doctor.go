@@ -39,6 +39,9 @@ type doctorProbe interface {
 	Matmul(ctx context.Context, n int64, minTime time.Duration, cuda bool) (trainer.MatmulResult, error)
 	LookPath(file string) (string, error)
 	CommandOutput(ctx context.Context, name string, args ...string) (string, error)
+	// Dist forms a one-rank process group of the backend and runs its
+	// collectives; available is false when the build lacks the backend.
+	Dist(backend string) (took time.Duration, available bool, err error)
 }
 
 type machineProbe struct{}
@@ -48,6 +51,13 @@ func (machineProbe) Matmul(ctx context.Context, n int64, d time.Duration, cuda b
 	return trainer.MeasureMatmul(ctx, n, d, cuda)
 }
 func (machineProbe) LookPath(file string) (string, error) { return exec.LookPath(file) }
+func (machineProbe) Dist(backend string) (time.Duration, bool, error) {
+	if !trainer.DistAvailable(backend) {
+		return 0, false, nil
+	}
+	took, err := trainer.CheckProcessGroup(backend, 0, 30*time.Second)
+	return took, true, err
+}
 func (machineProbe) CommandOutput(ctx context.Context, name string, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
 	return strings.TrimSpace(string(out)), err
@@ -142,6 +152,7 @@ func runDoctor(ctx context.Context, p doctorProbe, o doctorOptions, log zerolog.
 			}
 			add(r)
 		}
+		add(distCheck(p, info.CUDAAvailable))
 	}
 
 	if path, err := p.LookPath("just"); err != nil {
@@ -157,6 +168,35 @@ func runDoctor(ctx context.Context, p doctorProbe, o doctorOptions, log zerolog.
 		}
 	}
 	return out
+}
+
+// distCheck is data parallelism's line: the process group of this
+// machine's device (NCCL with a GPU, Gloo without) formed with one rank
+// and exercised. Missing, it warns: one learner process needs none.
+func distCheck(p doctorProbe, cuda bool) checkResult {
+	backend, name := trainer.BackendGloo, "Gloo"
+	if cuda {
+		backend, name = trainer.BackendNCCL, "NCCL"
+	}
+	r := checkResult{Name: "dist", Status: statusOK}
+	took, available, err := p.Dist(backend)
+	switch {
+	case !available:
+		r.Status = statusWarn
+		r.Detail = fmt.Sprintf("no %s process group in this build: run --nproc N (data parallelism) is unavailable; one learner process is not affected", name)
+		if cuda {
+			r.Fix = "rebuild with NCCL's and CUDA's headers beside the CUDA torch (scripts/fetch-cuda-headers.sh, then LIBTORCH_USE_PYTORCH=1 ./setup.sh; docs/gpu.md)"
+		} else {
+			r.Fix = "apt-get install libgloo-dev and rerun ./setup.sh (Debian's libtorch; PyPI's torch wheels ship no Gloo headers)"
+		}
+	case err != nil:
+		r.Status = statusFail
+		r.Detail = fmt.Sprintf("%s: a one-rank group failed: %v", name, err)
+		r.Fix = "see the error; GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME pick the network interface, NCCL_DEBUG=INFO explains NCCL"
+	default:
+		r.Detail = fmt.Sprintf("%s: a one-rank group formed and ran all-reduce, broadcast and barrier in %s (run --nproc N can use it)", name, took.Round(time.Millisecond))
+	}
+	return r
 }
 
 func printChecks(w io.Writer, rs []checkResult) {

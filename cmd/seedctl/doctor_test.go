@@ -22,6 +22,14 @@ type fakeProbe struct {
 	justOut    string
 	justErr    error
 	gotCUDA    bool
+	noDist     bool
+	distErr    error
+	gotBackend string
+}
+
+func (f *fakeProbe) Dist(backend string) (time.Duration, bool, error) {
+	f.gotBackend = backend
+	return 12 * time.Millisecond, !f.noDist, f.distErr
 }
 
 func (f *fakeProbe) Runtime() (trainer.RuntimeInfo, error) { return f.info, f.runtimeErr }
@@ -78,7 +86,7 @@ func TestRunDoctor(t *testing.T) {
 		{
 			name:     "healthy CPU machine",
 			mutate:   func(*fakeProbe) {},
-			want:     "libtorch=ok device=ok blas=ok matmul=ok just=ok",
+			want:     "libtorch=ok device=ok blas=ok matmul=ok dist=ok just=ok",
 			wantText: []string{"1.13.1", "CPU", "OpenBLAS", "110.0 GFLOP/s", "just 1.57.0"},
 		},
 		{
@@ -87,7 +95,7 @@ func TestRunDoctor(t *testing.T) {
 				p.info.BLAS = trainer.BLASInfo{Kind: trainer.BLASReference, Path: "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"}
 				p.gflops = 3
 			},
-			want:     "libtorch=ok device=ok blas=WARN matmul=WARN just=ok",
+			want:     "libtorch=ok device=ok blas=WARN matmul=WARN dist=ok just=ok",
 			wantText: []string{"REFERENCE BLAS", "libopenblas0-pthread", "3.0 GFLOP/s"},
 		},
 		{
@@ -95,7 +103,7 @@ func TestRunDoctor(t *testing.T) {
 			mutate: func(p *fakeProbe) {
 				p.info.BLAS.Core, p.info.BLAS.Forced, p.info.BLAS.AVX512 = "Haswell", "Haswell", true
 			},
-			want:     "libtorch=ok device=ok blas=WARN matmul=ok just=ok",
+			want:     "libtorch=ok device=ok blas=WARN matmul=ok dist=ok just=ok",
 			wantText: []string{"Haswell kernels because OPENBLAS_CORETYPE=Haswell", "unset OPENBLAS_CORETYPE"},
 		},
 		{
@@ -103,13 +111,13 @@ func TestRunDoctor(t *testing.T) {
 			mutate: func(p *fakeProbe) {
 				p.info.BLAS.Core, p.info.BLAS.AVX512 = "Cooperlake", true
 			},
-			want:     "libtorch=ok device=ok blas=ok matmul=ok just=ok",
+			want:     "libtorch=ok device=ok blas=ok matmul=ok dist=ok just=ok",
 			wantText: []string{"Cooperlake kernels"},
 		},
 		{
 			name:       "just missing fails with the fix",
 			mutate:     func(p *fakeProbe) { p.justPath = "" },
-			want:       "libtorch=ok device=ok blas=ok matmul=ok just=FAIL",
+			want:       "libtorch=ok device=ok blas=ok matmul=ok dist=ok just=FAIL",
 			wantFailed: []string{"just"},
 			wantText:   []string{"npm install -g rust-just"},
 		},
@@ -123,7 +131,7 @@ func TestRunDoctor(t *testing.T) {
 		{
 			name:       "matmul error fails",
 			mutate:     func(p *fakeProbe) { p.matmulErr = errors.New("out of memory") },
-			want:       "libtorch=ok device=ok blas=ok matmul=FAIL just=ok",
+			want:       "libtorch=ok device=ok blas=ok matmul=FAIL dist=ok just=ok",
 			wantFailed: []string{"matmul"},
 			wantText:   []string{"out of memory"},
 		},
@@ -133,8 +141,21 @@ func TestRunDoctor(t *testing.T) {
 				p.info.CUDAAvailable, p.info.CUDADevices = true, 2
 				p.gflops = 5
 			},
-			want:     "libtorch=ok device=ok blas=ok matmul=ok just=ok",
-			wantText: []string{"CUDA (2 device(s)", "on CUDA"},
+			want:     "libtorch=ok device=ok blas=ok matmul=ok dist=ok just=ok",
+			wantText: []string{"CUDA (2 device(s)", "on CUDA", "NCCL: a one-rank group formed"},
+		},
+		{
+			name:     "a build without the GPU's process group warns and says how to get it",
+			mutate:   func(p *fakeProbe) { p.info.CUDAAvailable, p.info.CUDADevices, p.noDist = true, 1, true },
+			want:     "libtorch=ok device=ok blas=ok matmul=ok dist=WARN just=ok",
+			wantText: []string{"no NCCL process group", "fetch-cuda-headers.sh"},
+		},
+		{
+			name:       "a process group that fails fails",
+			mutate:     func(p *fakeProbe) { p.distErr = errors.New("Connection refused") },
+			want:       "libtorch=ok device=ok blas=ok matmul=ok dist=FAIL just=ok",
+			wantFailed: []string{"dist"},
+			wantText:   []string{"Gloo: a one-rank group failed: Connection refused"},
 		},
 	}
 	for _, tt := range tests {
@@ -147,6 +168,9 @@ func TestRunDoctor(t *testing.T) {
 			}
 			if got := strings.Join(failures(rs), ","); got != strings.Join(tt.wantFailed, ",") {
 				t.Errorf("failures = %q, want %q", got, strings.Join(tt.wantFailed, ","))
+			}
+			if want := map[bool]string{true: trainer.BackendNCCL, false: trainer.BackendGloo}[p.info.CUDAAvailable]; p.runtimeErr == nil && p.gotBackend != want {
+				t.Errorf("dist checked %q, want %q", p.gotBackend, want)
 			}
 			if p.gotCUDA != p.info.CUDAAvailable && p.runtimeErr == nil {
 				t.Errorf("matmul measured with cuda=%v, libtorch reports CUDA=%v", p.gotCUDA, p.info.CUDAAvailable)

@@ -173,13 +173,8 @@ func runCommand() *cli.Command {
 			if err := dist.validate(); err != nil {
 				return cli.Exit("run: "+err.Error(), 2)
 			}
-			switch {
-			case ranks > 1 && c.String("device") != "cpu":
-				return cli.Exit(fmt.Sprintf("run: %d learner ranks with --device %s: the process group is Gloo (CPU) for now; NCCL for GPUs is not bound yet", ranks, c.String("device")), 2)
-			case c.Bool("zero") && ranks < 2:
-				return cli.Exit("run: --zero shards the optimizer across learner ranks: give --nproc 2 or more", 2)
-			case ranks > 1 && !trainer.DistAvailable():
-				return cli.Exit(fmt.Sprintf("run: %d learner ranks: this libtorch build has no Gloo process group (Debian's libtorch with libgloo-dev has: ./setup.sh)", ranks), 2)
+			if err := dist.checkBuild(trainer.DistAvailable); err != nil {
+				return cli.Exit("run: "+err.Error(), 2)
 			}
 			learners := newLearner(c.String("device"))
 			if ranks > 1 {

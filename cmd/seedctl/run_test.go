@@ -465,7 +465,7 @@ func localRanks(n int, zero bool, timeout time.Duration) orchestrator.LearnerFac
 // first iteration see the same data as one process, so their losses and
 // gradient norms agree to float rounding; the run finishes and saves.
 func TestRunDataParallelMatchesOneProcess(t *testing.T) {
-	if !trainer.DistAvailable() {
+	if !trainer.DistAvailable(trainer.BackendGloo) {
 		if info, err := trainer.Runtime(); err == nil && strings.HasPrefix(info.LibtorchVersion, "1.13") {
 			t.Fatal("Debian's libtorch but no Gloo process group (libgloo-dev missing when gotch was prepared?)")
 		}
@@ -539,7 +539,7 @@ func TestRunDataParallelMatchesOneProcess(t *testing.T) {
 // saying how many came; a rank whose host lacks the policy's path says so
 // before the rendezvous; the flags refuse a layout that cannot work.
 func TestOtherHostsRanksFailClearly(t *testing.T) {
-	if !trainer.DistAvailable() {
+	if !trainer.DistAvailable(trainer.BackendGloo) {
 		t.Skip("this libtorch build has no Gloo process group")
 	}
 	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
@@ -576,7 +576,7 @@ func TestOtherHostsRanksFailClearly(t *testing.T) {
 // rank, within the collectives' timeout: no hang. The state stays at the
 // last finished iteration (resume continues from there; kill -9 tests).
 func TestRunStopsWhenARankDies(t *testing.T) {
-	if !trainer.DistAvailable() {
+	if !trainer.DistAvailable(trainer.BackendGloo) {
 		t.Skip("this libtorch build has no Gloo process group")
 	}
 	t.Setenv("SEEDCTL_TEST_AS_MAIN", "1")
@@ -613,7 +613,7 @@ func TestRunStopsWhenARankDies(t *testing.T) {
 // Rescoring under --nproc 3 is spread over the ranks and gathered in order:
 // the same log-probs as one learner's, for the policy and the reference.
 func TestDistLearnerRescoresLikeOneLearner(t *testing.T) {
-	if !trainer.DistAvailable() {
+	if !trainer.DistAvailable(trainer.BackendGloo) {
 		t.Skip("this libtorch build has no Gloo process group")
 	}
 	t.Setenv("SEEDCTL_TEST_AS_MAIN", "1")
@@ -656,6 +656,59 @@ func TestDistLearnerRescoresLikeOneLearner(t *testing.T) {
 					t.Errorf("reference %v, sequence %d token %d: one learner %v, three ranks %v", ref, i, k, a[i][k], b[i][k])
 				}
 			}
+		}
+	}
+}
+
+// GPU ranks: each of a host's ranks takes its own GPU, every rank uses
+// the run's backend, and a build without NCCL says what it lacks.
+func TestGPURanksDevicesAndBackend(t *testing.T) {
+	for _, c := range []struct {
+		device       string
+		local, hosts int
+		want, err    string
+	}{
+		{"cpu", 3, 4, "cpu", ""},
+		{"cuda", 0, 4, "cuda:0", ""},
+		{"cuda", 3, 4, "cuda:3", ""},
+		{"cuda:2", 0, 1, "cuda:2", ""},
+		{"cuda:2", 0, 2, "", "names one GPU but 2 ranks"},
+	} {
+		got, err := rankDevice(c.device, c.local, c.hosts)
+		if got != c.want || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("rankDevice(%q, %d, %d) = %q, %v; want %q, %q", c.device, c.local, c.hosts, got, err, c.want, c.err)
+		}
+	}
+	d := rankDist{Addr: "127.0.0.1", Port: 29500, Rank: 1, World: 2, TimeoutS: 5, Backend: trainer.BackendNCCL}
+	cfg, err := d.config("cuda:3")
+	if err != nil || cfg.Backend != trainer.BackendNCCL || cfg.Device != 3 {
+		t.Errorf("an NCCL rank on cuda:3: %+v, %v", cfg, err)
+	}
+	if _, err := d.config("cpu"); err == nil || !strings.Contains(err.Error(), "use nccl but this rank's device is cpu") {
+		t.Errorf("a CPU rank in an NCCL run: %v", err)
+	}
+	d.Backend = "" // a run before backends: Gloo
+	if cfg, err := d.config("cpu"); err != nil || cfg.Backend != trainer.BackendGloo {
+		t.Errorf("a CPU rank: %+v, %v", cfg, err)
+	}
+	none := func(string) bool { return false }
+	all := func(string) bool { return true }
+	for _, c := range []struct {
+		o         distOptions
+		available func(string) bool
+		err       string
+	}{
+		{distOptions{device: "cuda", nproc: 2}, none, "no NCCL process group"},
+		{distOptions{device: "cpu", nproc: 2}, none, "no Gloo process group"},
+		{distOptions{device: "cuda", nproc: 1}, none, ""},
+		{distOptions{device: "cuda", nproc: 4, world: 8}, all, ""},
+		{distOptions{device: "cuda:1", nproc: 2}, all, "names one GPU"},
+		{distOptions{device: "cuda:1", nproc: 1, world: 2}, all, ""},
+		{distOptions{device: "cpu", nproc: 1, zero: true}, all, "--zero"},
+	} {
+		err := c.o.checkBuild(c.available)
+		if (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("%+v: %v, want %q", c.o, err, c.err)
 		}
 	}
 }

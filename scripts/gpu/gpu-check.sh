@@ -10,7 +10,7 @@
 #
 # In one go (meant to take under 8 minutes on one H200; not yet run on one), each step's
 # output in DIR (default ./results-<date>) and a summary at the end:
-#   1. seedctl doctor;
+#   1. seedctl doctor (its dist line forms a one-rank NCCL group on the GPU);
 #   2. per size (default qwen2.5-0.5b,qwen2.5-1.5b): the bfloat16 trainer
 #      step (seedctl model stepbench: tokens/s, MFU) beside PyTorch eager's
 #      same step on the same card (eager_step.py: the ratio), and the peak

@@ -21,16 +21,22 @@ func c10dErr(cerr *C.char) error {
 	return errors.New(C.GoString(cerr))
 }
 
-// Available reports whether this build has a Gloo process group.
-func Available() bool { return C.seed_c10d_available() == 1 }
+// Process group backends.
+const (
+	Gloo = 0 // CPU tensors
+	NCCL = 1 // CUDA tensors
+)
 
-// New joins a Gloo process group through a TCPStore at host:port
-// (rank 0 serves it).
-func New(host string, port, rank, world int, timeout time.Duration) (unsafe.Pointer, error) {
+// Available reports whether this build has the backend's process group.
+func Available(backend int) bool { return C.seed_c10d_available(C.int(backend)) == 1 }
+
+// New joins a process group of the backend through a TCPStore at
+// host:port (rank 0 serves it); device is the rank's CUDA device (NCCL).
+func New(host string, port, rank, world int, timeout time.Duration, backend, device int) (unsafe.Pointer, error) {
 	ch := C.CString(host)
 	defer C.free(unsafe.Pointer(ch))
 	var cerr *C.char
-	pg := C.seed_c10d_new(ch, C.int(port), C.int(rank), C.int(world), C.int64_t(timeout.Milliseconds()), &cerr)
+	pg := C.seed_c10d_new(ch, C.int(port), C.int(rank), C.int(world), C.int64_t(timeout.Milliseconds()), C.int(backend), C.int(device), &cerr)
 	if pg == nil {
 		return nil, c10dErr(cerr)
 	}

@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,23 @@
 #define USE_C10D_GLOO
 #endif
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+
+// SEEDCTL_NCCL comes from prepare-gotch.sh for a CUDA libtorch whose NCCL
+// and CUDA headers it found (ProcessGroupNCCL.hpp includes cuBLAS's,
+// cuSPARSE's and cuSOLVER's through ATen's CUDA context).
+#if defined(SEEDCTL_NCCL) && __has_include(<nccl.h>) && \
+    __has_include(<torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>)
+#define SEEDCTL_HAVE_NCCL 1
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL
+#endif
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#if defined(SEEDCTL_HAVE_GLOO) || defined(SEEDCTL_HAVE_NCCL)
+#define SEEDCTL_HAVE_C10D 1
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #endif
 
@@ -20,15 +38,16 @@ static void set_err(char **err, const std::string &msg) {
   if (err) *err = strdup(msg.c_str());
 }
 
-#ifdef SEEDCTL_HAVE_GLOO
+static const char *kNoGloo =
+    "this libtorch build has no Gloo headers (PyPI's torch wheels ship none): CPU data parallelism needs "
+    "Debian's libtorch with libgloo-dev (./setup.sh), or a libtorch with torch/csrc/distributed and gloo/ headers";
+static const char *kNoNCCL =
+    "this seedctl build has no NCCL process group: GPU data parallelism needs a CUDA libtorch 2.x "
+    "(LIBTORCH_USE_PYTORCH=1 ./setup.sh beside a CUDA torch) and, at build time, nccl.h and the CUDA headers "
+    "(pip's nvidia-nccl and cuda-toolkit[cublas,cusolver,cusparse] packages beside it, or NCCL_HOME and CUDA_HOME); "
+    "see docs/gpu.md";
 
 namespace {
-struct Group {
-  c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
-  int rank, world;
-};
-
 at::Tensor &T(seed_tensor t) { return *static_cast<at::Tensor *>(t); }
 
 std::vector<at::Tensor> tensors(seed_tensor *ts, int n) {
@@ -37,6 +56,43 @@ std::vector<at::Tensor> tensors(seed_tensor *ts, int n) {
   for (int i = 0; i < n; i++) out.push_back(T(ts[i]));
   return out;
 }
+
+struct Group {
+#ifdef SEEDCTL_HAVE_C10D
+  c10::intrusive_ptr<c10d::Store> store;
+#endif
+#ifdef SEEDCTL_HAVE_GLOO
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+#endif
+#ifdef SEEDCTL_HAVE_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;
+  int device = 0;
+#endif
+  int rank = 0, world = 1;
+};
+
+// on_group calls f with the group's backend (Gloo or NCCL: the same
+// collective API, ProcessGroup in libtorch 1.13 and Backend in 2.x).
+template <class F>
+void on_group(seed_pg p, F f) {
+  auto *g = static_cast<Group *>(p);
+  (void)g;
+#ifdef SEEDCTL_HAVE_GLOO
+  if (g->gloo) {
+    f(*g->gloo);
+    return;
+  }
+#endif
+#ifdef SEEDCTL_HAVE_NCCL
+  if (g->nccl) {
+    f(*g->nccl);
+    return;
+  }
+#endif
+  throw std::runtime_error("c10d: the process group has no backend");
+}
+
+#ifdef SEEDCTL_HAVE_GLOO
 // gloo_device is the network device this rank's Gloo pairs use: the
 // interface GLOO_SOCKET_IFNAME names (as in PyTorch), loopback when the
 // rendezvous is on loopback (one host), else the address this host's name
@@ -49,13 +105,38 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string &master
     return c10d::ProcessGroupGloo::createDeviceForHostname(master);
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
+#endif
 }  // namespace
 
 extern "C" {
 
-int seed_c10d_available(void) { return 1; }
+int seed_c10d_available(int backend) {
+  switch (backend) {
+#ifdef SEEDCTL_HAVE_GLOO
+    case SEED_C10D_GLOO:
+      return 1;
+#endif
+#ifdef SEEDCTL_HAVE_NCCL
+    case SEED_C10D_NCCL:
+      return 1;
+#endif
+    default:
+      return 0;
+  }
+}
 
-seed_pg seed_c10d_new(const char *host, int port, int rank, int world, int64_t timeout_ms, char **err) {
+seed_pg seed_c10d_new(const char *host, int port, int rank, int world, int64_t timeout_ms, int backend, int device,
+                      char **err) {
+  if (backend != SEED_C10D_GLOO && backend != SEED_C10D_NCCL) {
+    set_err(err, "c10d: unknown backend " + std::to_string(backend));
+    return nullptr;
+  }
+  if (!seed_c10d_available(backend)) {
+    set_err(err, backend == SEED_C10D_GLOO ? kNoGloo : kNoNCCL);
+    return nullptr;
+  }
+  (void)host, (void)port, (void)rank, (void)world, (void)timeout_ms, (void)device;
+#ifdef SEEDCTL_HAVE_C10D
   try {
     c10d::TCPStoreOptions so;
     so.port = static_cast<uint16_t>(port);
@@ -65,31 +146,52 @@ seed_pg seed_c10d_new(const char *host, int port, int rank, int world, int64_t t
     so.timeout = std::chrono::milliseconds(timeout_ms);
     auto g = std::make_unique<Group>();
     g->store = c10::make_intrusive<c10d::TCPStore>(std::string(host), so);
-    auto opts = c10d::ProcessGroupGloo::Options::create();
-    opts->devices.push_back(gloo_device(std::string(host)));
-    opts->timeout = std::chrono::milliseconds(timeout_ms);
-    g->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(g->store, rank, world, opts);
     g->rank = rank;
     g->world = world;
+#ifdef SEEDCTL_HAVE_GLOO
+    if (backend == SEED_C10D_GLOO) {
+      auto opts = c10d::ProcessGroupGloo::Options::create();
+      opts->devices.push_back(gloo_device(std::string(host)));
+      opts->timeout = std::chrono::milliseconds(timeout_ms);
+      g->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(g->store, rank, world, opts);
+    }
+#endif
+#ifdef SEEDCTL_HAVE_NCCL
+    if (backend == SEED_C10D_NCCL) {
+      // A collective that outlives the timeout throws here, in the
+      // caller, instead of the watchdog aborting the process (the
+      // orchestrator's rank 0 included); an explicit setting wins.
+      setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);
+      g->device = device;
+      c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = std::chrono::milliseconds(timeout_ms);
+      g->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(g->store, rank, world, opts);
+    }
+#endif
     return g.release();
   } catch (const std::exception &e) {
     set_err(err, e.what());
     return nullptr;
   }
+#else
+  return nullptr;
+#endif
 }
 
 int seed_c10d_allreduce(seed_pg p, seed_tensor *ts, int n, int op, char **err) {
   try {
-    auto *g = static_cast<Group *>(p);
     auto v = tensors(ts, n);
-    c10d::AllreduceOptions o;
-    o.reduceOp = op == 1 ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
-    // One collective per tensor: c10d's tensor list is one tensor per
-    // device of this process, all reduced into one result, not a batch.
-    for (auto &t : v) {
-      std::vector<at::Tensor> one{t};
-      g->pg->allreduce(one, o)->wait();
-    }
+    on_group(p, [&](auto &pg) {
+      c10d::AllreduceOptions o;
+      o.reduceOp = op == 1 ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+      // One collective per tensor: c10d's tensor list is one tensor per
+      // device of this process, all reduced into one result, not a batch.
+      for (auto &t : v) {
+        std::vector<at::Tensor> one{t};
+        pg.allreduce(one, o)->wait();
+      }
+    });
     return 0;
   } catch (const std::exception &e) {
     set_err(err, e.what());
@@ -99,14 +201,15 @@ int seed_c10d_allreduce(seed_pg p, seed_tensor *ts, int n, int op, char **err) {
 
 int seed_c10d_broadcast(seed_pg p, seed_tensor *ts, int n, int root, char **err) {
   try {
-    auto *g = static_cast<Group *>(p);
     auto v = tensors(ts, n);
-    for (auto &t : v) {  // Gloo broadcasts one tensor per call
-      std::vector<at::Tensor> one{t};
-      c10d::BroadcastOptions o;
-      o.rootRank = root;
-      g->pg->broadcast(one, o)->wait();
-    }
+    on_group(p, [&](auto &pg) {
+      for (auto &t : v) {  // one tensor per call, as above
+        std::vector<at::Tensor> one{t};
+        c10d::BroadcastOptions o;
+        o.rootRank = root;
+        pg.broadcast(one, o)->wait();
+      }
+    });
     return 0;
   } catch (const std::exception &e) {
     set_err(err, e.what());
@@ -116,7 +219,19 @@ int seed_c10d_broadcast(seed_pg p, seed_tensor *ts, int n, int root, char **err)
 
 int seed_c10d_barrier(seed_pg p, char **err) {
   try {
-    static_cast<Group *>(p)->pg->barrier()->wait();
+#ifdef SEEDCTL_HAVE_NCCL
+    auto *g = static_cast<Group *>(p);
+    if (g->nccl) {
+      // NCCL's own barrier guesses the rank's GPU from its global rank,
+      // which is wrong when hosts' ranks are numbered in arrival order; an
+      // all-reduce of one number on this rank's GPU is the same barrier.
+      std::vector<at::Tensor> one{at::zeros({1}, at::TensorOptions().device(at::kCUDA, g->device))};
+      g->nccl->allreduce(one)->wait();
+      one[0].cpu();  // the wait orders the stream; this waits for it on the host
+      return 0;
+    }
+#endif
+    on_group(p, [&](auto &pg) { pg.barrier()->wait(); });
     return 0;
   } catch (const std::exception &e) {
     set_err(err, e.what());
@@ -127,22 +242,3 @@ int seed_c10d_barrier(seed_pg p, char **err) {
 void seed_c10d_free(seed_pg p) { delete static_cast<Group *>(p); }
 
 }  // extern "C"
-
-#else  // no Gloo headers: every call reports it
-
-static const char *kNoGloo =
-    "this libtorch build has no Gloo headers (PyPI's torch wheels ship none): data parallelism needs "
-    "Debian's libtorch with libgloo-dev (./setup.sh), or a libtorch with torch/csrc/distributed and gloo/ headers";
-
-extern "C" {
-int seed_c10d_available(void) { return 0; }
-seed_pg seed_c10d_new(const char *, int, int, int, int64_t, char **err) {
-  set_err(err, kNoGloo);
-  return nullptr;
-}
-int seed_c10d_allreduce(seed_pg, seed_tensor *, int, int, char **err) { set_err(err, kNoGloo); return 1; }
-int seed_c10d_broadcast(seed_pg, seed_tensor *, int, int, char **err) { set_err(err, kNoGloo); return 1; }
-int seed_c10d_barrier(seed_pg, char **err) { set_err(err, kNoGloo); return 1; }
-void seed_c10d_free(seed_pg) {}
-}
-#endif

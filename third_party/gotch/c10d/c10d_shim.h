@@ -1,9 +1,12 @@
 // seedctl's binding of libtorch's c10d (PyTorch's distributed engine):
-// a TCPStore rendezvous and a Gloo process group, and the collectives the
-// data-parallel trainer needs. Copied into gotch's tree (libtch/c10d) by
-// scripts/prepare-gotch.sh, with libtch's cgo flags, so it is built
-// against the same libtorch. Where libtorch's Gloo headers are missing (PyPI's torch
-// wheels ship none), it builds without Gloo and seed_c10d_available() is 0.
+// a TCPStore rendezvous, a Gloo (CPU) or NCCL (CUDA) process group, and the
+// collectives the data-parallel trainer needs. Copied into gotch's tree
+// (libtch/c10d) by scripts/prepare-gotch.sh, with libtch's cgo flags, so it
+// is built against the same libtorch. Gloo needs libtorch's Gloo headers
+// (Debian's libtorch with libgloo-dev; PyPI's torch wheels ship none); NCCL
+// needs a CUDA libtorch 2.x, nccl.h and the CUDA headers, and the script
+// defines SEEDCTL_NCCL when it found them. A backend built without them
+// answers every call with an error saying so.
 #ifndef SEEDCTL_C10D_SHIM_H
 #define SEEDCTL_C10D_SHIM_H
 
@@ -18,12 +21,18 @@ typedef void *seed_pg;
 // gives it.
 typedef void *seed_tensor;
 
-// 1 when this build has a Gloo process group.
-int seed_c10d_available(void);
+// Process group backends.
+#define SEED_C10D_GLOO 0
+#define SEED_C10D_NCCL 1
+
+// 1 when this build has the backend's process group.
+int seed_c10d_available(int backend);
 // Joins the group: rank 0 serves the TCPStore at host:port, every rank
 // waits for world members up to timeout_ms (also each collective's
-// timeout). NULL with *err set (free it) on failure.
-seed_pg seed_c10d_new(const char *host, int port, int rank, int world, int64_t timeout_ms, char **err);
+// timeout). device is the rank's CUDA device index (NCCL; ignored by
+// Gloo). NULL with *err set (free it) on failure.
+seed_pg seed_c10d_new(const char *host, int port, int rank, int world, int64_t timeout_ms, int backend, int device,
+                      char **err);
 // Reduces each tensor across the group in place (one collective each):
 // op 0 sums, op 1 takes the maximum.
 int seed_c10d_allreduce(seed_pg pg, seed_tensor *ts, int n, int op, char **err);
