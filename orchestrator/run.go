@@ -559,6 +559,16 @@ func (r *run) stage1Analyzer() (skills.Analyzer, error) {
 	return nil, fmt.Errorf("stage-1 analyzer kind %q", a.Kind)
 }
 
+// analyzeAt runs an analyzer over requests and stamps its records with
+// the iteration k they belong to.
+func analyzeAt(ctx context.Context, an skills.Analyzer, reqs []skills.Request, k int) ([]skills.Record, error) {
+	recs, err := an.Analyze(ctx, reqs)
+	for i := range recs {
+		recs[i].Iteration = k
+	}
+	return recs, err
+}
+
 // analyze runs an analyzer over trajectories with their critical-step
 // candidates, in chunks, with progress.
 func (r *run) analyze(ctx context.Context, an skills.Analyzer, trajs []*rollout.Trajectory, label string, k int) ([]skills.Record, error) {
@@ -567,12 +577,9 @@ func (r *run) analyze(ctx context.Context, an skills.Analyzer, trajs []*rollout.
 	var recs []skills.Record
 	const chunk = 64
 	for lo := 0; lo < len(reqs); lo += chunk {
-		part, err := an.Analyze(ctx, reqs[lo:min(lo+chunk, len(reqs))])
+		part, err := analyzeAt(ctx, an, reqs[lo:min(lo+chunk, len(reqs))], k)
 		if err != nil {
 			return nil, err
-		}
-		for i := range part {
-			part[i].Iteration = k
 		}
 		recs = append(recs, part...)
 		prog(rollout.Status{Done: len(recs), Total: len(reqs)})
@@ -645,7 +652,7 @@ func (p *analysisPipe) groupDone(g int, trajs []*rollout.Trajectory) {
 		if p.ctx.Err() != nil {
 			return
 		}
-		recs, err := p.an.Analyze(p.ctx, p.r.analysisRequests(trajs))
+		recs, err := analyzeAt(p.ctx, p.an, p.r.analysisRequests(trajs), p.k)
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if err != nil {
@@ -654,9 +661,6 @@ func (p *analysisPipe) groupDone(g int, trajs []*rollout.Trajectory) {
 				p.cancel()
 			}
 			return
-		}
-		for i := range recs {
-			recs[i].Iteration = p.k
 		}
 		p.recs[g] = recs
 	}()
@@ -677,11 +681,8 @@ func (p *analysisPipe) wait(trajs []*rollout.Trajectory, label string) ([]skills
 		recs, ok := p.recs[g[0].Group]
 		if !ok {
 			var err error
-			if recs, err = p.an.Analyze(p.ctx, p.r.analysisRequests(g)); err != nil {
+			if recs, err = analyzeAt(p.ctx, p.an, p.r.analysisRequests(g), p.k); err != nil {
 				return nil, err
-			}
-			for i := range recs {
-				recs[i].Iteration = p.k
 			}
 		}
 		out = append(out, recs...)

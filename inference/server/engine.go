@@ -8,6 +8,7 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -477,6 +478,15 @@ func (e *Engine) reusePrefix(j *genJob) int {
 // goes to padding, each at most ScoreBatchTokens new tokens wide (and four
 // times that with the pasts). A prompt several jobs share without a
 // cached prefix (the n samples of one request) runs once; the others fork it.
+// promptKey is a map key for a prompt's token ids: their bytes.
+func promptKey(ids []int) string {
+	b := make([]byte, 0, 4*len(ids))
+	for _, id := range ids {
+		b = binary.LittleEndian.AppendUint32(b, uint32(id))
+	}
+	return string(b)
+}
+
 func (e *Engine) prefillAll(js []*genJob) {
 	type group struct {
 		lead   *genJob
@@ -486,7 +496,7 @@ func (e *Engine) prefillAll(js []*genJob) {
 	var groups []*group
 	for _, j := range js {
 		if j.cache == nil {
-			key := fmt.Sprint(j.prompt)
+			key := promptKey(j.prompt)
 			if g, ok := byPrompt[key]; ok && g.lead.snap == j.snap {
 				g.others = append(g.others, j)
 				continue
