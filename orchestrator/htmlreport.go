@@ -91,8 +91,12 @@ func WriteHTMLReport(dir string) error {
 	if err != nil {
 		return err
 	}
+	return writeHTMLReport(d, lines, st, cfg)
+}
+
+func writeHTMLReport(d runDir, lines []MetricsLine, st *State, cfg Config) error {
 	page := reportPage{
-		Name: filepath.Base(filepath.Clean(dir)),
+		Name: filepath.Base(filepath.Clean(string(d))),
 		Summary: fmt.Sprintf("algo %s, env %s, model %s, seed %d, %d iterations × %d tasks × %d trajectories, data share %.0f%%",
 			cfg.Algo, cfg.Env.Name, cfg.Model, cfg.Seed, st.Iteration, cfg.TasksPerIteration, cfg.Rollout.GroupSize, 100*cfg.DataShare),
 		Protocol: cfg.EvalProtocol(),
@@ -113,17 +117,9 @@ func WriteHTMLReport(dir string) error {
 	}
 
 	var iters []MetricsLine
-	evalX, evalY := map[string][]float64{}, map[string][]float64{}
 	for _, l := range lines {
-		if l.Iteration > st.Iteration {
-			continue // written by an iteration the run did not finish (killed)
-		}
-		switch l.Kind {
-		case "iteration":
+		if l.Kind == "iteration" {
 			iters = append(iters, l)
-		case "eval":
-			evalX[l.Split] = append(evalX[l.Split], float64(l.Iteration))
-			evalY[l.Split] = append(evalY[l.Split], 100*l.Values["success"])
 		}
 	}
 	series := func(key string, scale float64) (plot.Series, bool) {
@@ -135,15 +131,7 @@ func WriteHTMLReport(dir string) error {
 		}
 		return s, len(s.X) > 0
 	}
-	success := plot.Chart{Title: fmt.Sprintf("%s on %s: success (%%)", cfg.Algo, cfg.Env.Name), XLabel: "iteration", YLabel: "success %", YFromZero: true}
-	if s, ok := series("success", 100); ok {
-		s.Name = "train rollouts"
-		success.Series = append(success.Series, s)
-	}
-	for _, split := range slices.Sorted(maps.Keys(evalX)) {
-		success.Series = append(success.Series, plot.Series{Name: "eval " + split, X: evalX[split], Y: evalY[split]})
-	}
-	charts := []plot.Chart{success}
+	charts := []plot.Chart{successChart(lines, cfg)}
 	for _, mc := range reportCharts {
 		c := plot.Chart{Title: mc.title, XLabel: "iteration", YLabel: mc.ylabel}
 		if mc.scale == 100 {

@@ -118,6 +118,13 @@ func TestHTMLReportContent(t *testing.T) {
 	if strings.Contains(page, "99.0 at 4") || strings.Contains(page, "<td>4</td>") {
 		t.Error("an unfinished iteration's metrics are in the report")
 	}
+	md, err := os.ReadFile(filepath.Join(dir, "report", "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(md), "| 4 |") || !strings.Contains(string(md), "| 3 |") {
+		t.Errorf("results.md lists the unfinished iteration 4, or not the finished 3:\n%s", md)
+	}
 	if strings.Contains(page, "http://") && !strings.Contains(page, `xmlns="http://www.w3.org/2000/svg"`) || strings.Contains(page, "<link") || strings.Contains(page, "src=\"http") {
 		t.Error("the page refers to something outside itself")
 	}

@@ -2,7 +2,9 @@ package orchestrator
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -18,32 +20,16 @@ func WriteReport(dir string) error {
 	if err != nil {
 		return err
 	}
-	var it, succ, ret, gate, pos []float64
-	evalX := map[string][]float64{}
-	evalY := map[string][]float64{}
+	var it, ret, gate, pos []float64
 	for _, l := range lines {
-		switch l.Kind {
-		case "iteration":
+		if l.Kind == "iteration" {
 			it = append(it, float64(l.Iteration))
-			succ = append(succ, 100*l.Values["success"])
 			ret = append(ret, l.Values["mean_return"])
 			gate = append(gate, l.Values["gate_mean"])
 			pos = append(pos, l.Values["positive_shift"])
-		case "eval":
-			evalX[l.Split] = append(evalX[l.Split], float64(l.Iteration))
-			evalY[l.Split] = append(evalY[l.Split], 100*l.Values["success"])
 		}
 	}
-	ch := plot.Chart{Title: fmt.Sprintf("%s on %s: success (%%)", cfg.Algo, cfg.Env.Name), XLabel: "iteration", YLabel: "success %", YFromZero: true,
-		Series: []plot.Series{{Name: "train rollouts", X: it, Y: succ}}}
-	splits := make([]string, 0, len(evalX))
-	for s := range evalX {
-		splits = append(splits, s)
-	}
-	sort.Strings(splits)
-	for _, s := range splits {
-		ch.Series = append(ch.Series, plot.Series{Name: "eval " + s, X: evalX[s], Y: evalY[s]})
-	}
+	ch := successChart(lines, cfg)
 	if err := ch.PNG(filepath.Join(d.report(), "learning_curve.png"), 800, 450); err != nil {
 		return err
 	}
@@ -104,11 +90,40 @@ func WriteReport(dir string) error {
 	if err := writeAtomic(filepath.Join(d.report(), "results.md"), []byte(b.String())); err != nil {
 		return err
 	}
-	return WriteHTMLReport(dir)
+	return writeHTMLReport(d, lines, st, cfg)
 }
 
-// readRun reads what the reports are made from: the metrics, the state
-// and the config of the run in d.
+// successChart is the success curve of a run's report: the training
+// rollouts' success per iteration and each eval split's.
+func successChart(lines []MetricsLine, cfg Config) plot.Chart {
+	train := plot.Series{Name: "train rollouts"}
+	evals := map[string]*plot.Series{}
+	for _, l := range lines {
+		switch l.Kind {
+		case "iteration":
+			train.X, train.Y = append(train.X, float64(l.Iteration)), append(train.Y, 100*l.Values["success"])
+		case "eval":
+			s := evals[l.Split]
+			if s == nil {
+				s = &plot.Series{Name: "eval " + l.Split}
+				evals[l.Split] = s
+			}
+			s.X, s.Y = append(s.X, float64(l.Iteration)), append(s.Y, 100*l.Values["success"])
+		}
+	}
+	ch := plot.Chart{Title: fmt.Sprintf("%s on %s: success (%%)", cfg.Algo, cfg.Env.Name), XLabel: "iteration", YLabel: "success %", YFromZero: true}
+	if len(train.X) > 0 {
+		ch.Series = append(ch.Series, train)
+	}
+	for _, split := range slices.Sorted(maps.Keys(evals)) {
+		ch.Series = append(ch.Series, *evals[split])
+	}
+	return ch
+}
+
+// readRun reads what the reports are made from: the metrics of the
+// finished iterations (a killed run may have written lines of the one it
+// did not finish), the state and the config of the run in d.
 func readRun(d runDir) ([]MetricsLine, *State, Config, error) {
 	lines, err := ReadMetrics(d.metrics())
 	if err != nil {
@@ -122,5 +137,6 @@ func readRun(d runDir) ([]MetricsLine, *State, Config, error) {
 	if err != nil {
 		return nil, nil, Config{}, err
 	}
+	lines = slices.DeleteFunc(lines, func(l MetricsLine) bool { return l.Iteration > st.Iteration })
 	return lines, st, cfg, nil
 }
