@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -336,15 +337,6 @@ func pct(k string) float64 {
 	return v
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // WriteResults writes results.md, figures.json and the plots into out.
 func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) error {
 	f := Summarize(outs)
@@ -365,7 +357,7 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 		invocation = " (this invocation " + f.Duration + ")"
 	}
 	env := ""
-	if keys := sortedKeys(spec.Base.Env.Options); len(keys) > 0 {
+	if keys := slices.Sorted(maps.Keys(spec.Base.Env.Options)); len(keys) > 0 {
 		var kv []string
 		for _, k := range keys {
 			kv = append(kv, fmt.Sprintf("`%s=%s`", k, spec.Base.Env.Options[k]))
@@ -411,7 +403,7 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 	fmt.Fprintf(&b, "\nShare of training tasks SEED needs to reach GRPO's 100%% score: **%s**.\n", f.ShareNeeded)
 	if len(f.SeedMinusGRPO) > 0 {
 		b.WriteString("\nSEED at each share minus GRPO with all the tasks, eval-seen points, with a 95% paired bootstrap interval (runs paired by seed, outcomes by eval task; seeds and tasks resampled):\n\n| share | SEED − GRPO@100% | seeds × tasks |\n|---|---|---|\n")
-		keys := sortedKeys(f.SeedMinusGRPO)
+		keys := slices.Sorted(maps.Keys(f.SeedMinusGRPO))
 		sort.Slice(keys, func(i, j int) bool { return pct(keys[i]) < pct(keys[j]) })
 		for _, k := range keys {
 			c := f.SeedMinusGRPO[k]
@@ -425,11 +417,11 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 			famSet[k] = true
 		}
 	}
-	for _, k := range sortedKeys(famSet) {
+	for _, k := range slices.Sorted(maps.Keys(famSet)) {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", k, f.Families[orchestrator.AlgoGRPO][k], f.Families[orchestrator.AlgoSEED][k])
 	}
 	b.WriteString("\n## T4 cost (seconds per iteration; analyzer tokens written per iteration)\n\n| method | rollout | analysis | rescoring | update | publish | total | analyzer tokens |\n|---|---|---|---|---|---|---|---|\n")
-	for _, a := range sortedKeys(f.Cost) {
+	for _, a := range slices.Sorted(maps.Keys(f.Cost)) {
 		c := f.Cost[a]
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", a, c["rollout_s"], c["analysis_s"], c["rescore_s"], c["update_s"], c["publish_s"], c["iteration_s"], c["analysis_tokens"])
 	}
@@ -438,7 +430,7 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 	}
 	if len(f.Diagnostics) > 0 {
 		b.WriteString("\n## T6 distillation diagnostics (mean over iterations)\n\n| method | trajectories with a skill | analyzer answers parsed | gate σ(βΔ) | tokens with Δ>0 | mean Δ (nats) | OPD loss | decision tokens (p<0.9) | their gate | their Δ>0 | their mean Δ | their mean Δ, A>0 | their mean Δ, A<0 |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-		for _, a := range sortedKeys(f.Diagnostics) {
+		for _, a := range slices.Sorted(maps.Keys(f.Diagnostics)) {
 			d := f.Diagnostics[a]
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", a, pctStat(d["skill_share"]), pctStat(d["skill_parse_ok"]), d["gate_mean"].fixed(2), pctStat(d["positive_shift"]), d["mean_shift"].fixed(3), d["opd_loss"].fixed(3),
 				pctStat(d["decision_share"]), d["decision_gate_mean"].fixed(2), pctStat(d["decision_positive_shift"]), d["decision_mean_shift"].fixed(3), d["decision_mean_shift_pos_adv"].fixed(3), d["decision_mean_shift_neg_adv"].fixed(3))
@@ -447,7 +439,7 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 	}
 	if len(f.Exploration) > 0 {
 		b.WriteString("\n## T7 exploration at the first decision (training rollouts, first and last iteration)\n\n| method | first-action agreement, first | last | rollout success %, first | last |\n|---|---|---|---|---|\n")
-		for _, a := range sortedKeys(f.Exploration) {
+		for _, a := range slices.Sorted(maps.Keys(f.Exploration)) {
 			e := f.Exploration[a]
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", a, e["agreement_first"].fixed(2), e["agreement_last"].fixed(2), e["success_first"].fixed(1), e["success_last"].fixed(1))
 		}
@@ -524,7 +516,7 @@ func writePlots(out string, spec Spec, outs []Outcome, f Figures) error {
 	ds := plot.Chart{Title: "eval-seen success vs share of training tasks", XLabel: "share of training tasks (%)", YLabel: "success %", YFromZero: true}
 	for _, a := range compared {
 		s := plot.Series{Name: a}
-		keys := sortedKeys(f.ShareSeen[a])
+		keys := slices.Sorted(maps.Keys(f.ShareSeen[a]))
 		sort.Slice(keys, func(i, j int) bool { return pct(keys[i]) < pct(keys[j]) })
 		for _, k := range keys {
 			st := f.ShareSeen[a][k]

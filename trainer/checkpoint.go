@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"unsafe"
@@ -136,7 +138,7 @@ func weightFiles(dir string) ([]string, map[string]string, error) {
 			}
 			set[f] = true
 		}
-		return sortedKeys(set), idx.WeightMap, nil
+		return slices.Sorted(maps.Keys(set)), idx.WeightMap, nil
 	}
 	if _, err := os.Stat(filepath.Join(dir, singleWeights)); err != nil {
 		return nil, nil, fmt.Errorf("no %s or %s in %s: %w", singleWeights, shardIndexFile, dir, ErrCheckpoint)

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -188,7 +190,7 @@ func (c *ModelConfig) Validate() error {
 		"num_hidden_layers": c.NumHiddenLayers, "num_attention_heads": c.NumAttentionHeads,
 		"num_key_value_heads": c.NumKeyValueHeads,
 	}
-	for _, k := range sortedKeys(pos) {
+	for _, k := range slices.Sorted(maps.Keys(pos)) {
 		if pos[k] <= 0 {
 			return fmt.Errorf("field %s is %d, want a positive integer", k, pos[k])
 		}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 )
 
@@ -133,7 +135,7 @@ func parseSafetensorsHeader(f *os.File, path string) (*safetensorsFile, error) {
 func (s *safetensorsFile) Close() error { return s.f.Close() }
 
 // names lists the tensors in the file, sorted.
-func (s *safetensorsFile) names() []string { return sortedKeys(s.header) }
+func (s *safetensorsFile) names() []string { return slices.Sorted(maps.Keys(s.header)) }
 
 // read returns the raw bytes of one tensor.
 func (s *safetensorsFile) read(name string) ([]byte, stEntry, error) {
