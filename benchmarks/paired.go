@@ -92,38 +92,73 @@ func pairedBootstrap(a, b []string) (PairedCI, error) {
 // per-task outcomes (runs from before EvalPoint.SeenWins have none and
 // are left out).
 func seedVsGRPO(outs []Outcome) map[string]PairedCI {
-	grpo := map[int64]string{}
-	seed := map[string]map[int64]string{}
+	grpoFull := func(o Outcome, _ float64) bool { return o.Algo == orchestrator.AlgoGRPO && o.DataShare == 1 }
+	return pairedByShare(outs, orchestrator.AlgoSEED, grpoFull)
+}
+
+// seedVsGRPOSameShare is, at each share below 100% where both ran, SEED
+// minus GRPO at that share: the method's effect with the data held equal.
+func seedVsGRPOSameShare(outs []Outcome) map[string]PairedCI {
+	grpoThere := func(o Outcome, share float64) bool { return o.Algo == orchestrator.AlgoGRPO && o.DataShare == share }
+	return below100(pairedByShare(outs, orchestrator.AlgoSEED, grpoThere))
+}
+
+// grpoShareVsFull is, at each share below 100%, GRPO there minus GRPO with
+// all the tasks: the control of the data-efficiency claim. A testbed on
+// which GRPO loses nothing with fewer tasks cannot show that SEED needs
+// fewer.
+func grpoShareVsFull(outs []Outcome) map[string]PairedCI {
+	grpoFull := func(o Outcome, _ float64) bool { return o.Algo == orchestrator.AlgoGRPO && o.DataShare == 1 }
+	return below100(pairedByShare(outs, orchestrator.AlgoGRPO, grpoFull))
+}
+
+func below100(m map[string]PairedCI) map[string]PairedCI {
+	delete(m, shareKey(1))
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// pairedByShare computes, for each share algo ran at, the paired interval
+// of algo's runs there minus the reference runs (ref(o, share) picks
+// them), over the seeds both have finished with per-task outcomes. Swept
+// runs, unfinished ones and runs from before EvalPoint.SeenWins are left
+// out.
+func pairedByShare(outs []Outcome, algo string, ref func(o Outcome, share float64) bool) map[string]PairedCI {
+	usable := func(o Outcome) bool {
+		return o.Skipped == "" && o.Done && o.Final != nil && o.Final.SeenWins != "" && !o.Swept()
+	}
+	runs := map[float64]map[int64]string{}
 	for _, o := range outs {
-		if o.Skipped != "" || !o.Done || o.Final == nil || o.Final.SeenWins == "" || o.Swept() {
-			continue
-		}
-		switch {
-		case o.Algo == orchestrator.AlgoGRPO && o.DataShare == 1:
-			grpo[o.Seed] = o.Final.SeenWins
-		case o.Algo == orchestrator.AlgoSEED:
-			k := shareKey(o.DataShare)
-			if seed[k] == nil {
-				seed[k] = map[int64]string{}
+		if usable(o) && o.Algo == algo {
+			if runs[o.DataShare] == nil {
+				runs[o.DataShare] = map[int64]string{}
 			}
-			seed[k][o.Seed] = o.Final.SeenWins
+			runs[o.DataShare][o.Seed] = o.Final.SeenWins
 		}
 	}
 	out := map[string]PairedCI{}
-	for share, runs := range seed {
+	for share, bySeed := range runs {
+		refs := map[int64]string{}
+		for _, o := range outs {
+			if usable(o) && ref(o, share) {
+				refs[o.Seed] = o.Final.SeenWins
+			}
+		}
 		var ids []int64
-		for s := range runs {
-			if _, ok := grpo[s]; ok {
+		for s := range bySeed {
+			if _, ok := refs[s]; ok {
 				ids = append(ids, s)
 			}
 		}
 		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 		var a, b []string
 		for _, s := range ids {
-			a, b = append(a, runs[s]), append(b, grpo[s])
+			a, b = append(a, bySeed[s]), append(b, refs[s])
 		}
 		if ci, err := pairedBootstrap(a, b); err == nil {
-			out[share] = ci
+			out[shareKey(share)] = ci
 		}
 	}
 	return out

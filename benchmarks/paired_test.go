@@ -2,6 +2,8 @@ package benchmarks
 
 import (
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -78,5 +80,26 @@ func TestSeedVsGRPO(t *testing.T) {
 	}
 	if _, ok := got["20%"]; ok {
 		t.Error("a share without per-task outcomes got an interval")
+	}
+	// The control: SEED − GRPO at 40% (seed 1 only: 1000 − 1111), GRPO at
+	// 40% − GRPO at 100% (1111 − 0000); no 100% row in either.
+	same, control := seedVsGRPOSameShare(outs), grpoShareVsFull(outs)
+	if c := same["40%"]; len(same) != 1 || c.Seeds != 1 || c.Diff != -75 {
+		t.Errorf("SEED − GRPO at the same share: %+v, want only 40%%: 1 seed, −75", same)
+	}
+	if c := control["40%"]; len(control) != 1 || c.Seeds != 1 || c.Diff != 100 {
+		t.Errorf("GRPO@share − GRPO@100%%: %+v, want only 40%%: 1 seed, +100", control)
+	}
+	if m := grpoShareVsFull(outs[:2]); m != nil {
+		t.Errorf("no GRPO below 100%%: %+v, want none", m)
+	}
+	dir := t.TempDir()
+	spec := Spec{Base: orchestrator.Default(), Algos: []string{"grpo", "seed"}, Shares: []float64{0.2, 0.4}, Seeds: []int64{1, 2, 3}}
+	if err := WriteResults(dir, spec, outs, 0); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "results.md"))
+	if !strings.Contains(string(md), "| 40% | -75.0 [-100.0, -25.0] | 1 × 4 | +100.0 [+100.0, +100.0] | 1 × 4 |") {
+		t.Errorf("results.md lacks the control's row:\n%s", md)
 	}
 }

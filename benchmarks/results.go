@@ -102,10 +102,15 @@ type Figures struct {
 	ShareNeeded string                     `json:"t2_seed_share_to_match_grpo_full"`
 	// SeedMinusGRPO is, per share, SEED there minus GRPO with all the
 	// training tasks, with a paired bootstrap interval (PairedCI).
-	SeedMinusGRPO map[string]PairedCI        `json:"t2_seed_minus_grpo_full_ci,omitempty"`
-	Families      map[string]map[string]Stat `json:"t3_unseen_by_family"` // algo → family → %
-	Cost          map[string]map[string]Stat `json:"t4_cost_s"`           // algo → phase → seconds per iteration
-	CostRatio     float64                    `json:"t4_seed_over_grpo_iteration_time"`
+	SeedMinusGRPO map[string]PairedCI `json:"t2_seed_minus_grpo_full_ci,omitempty"`
+	// SeedMinusGRPOSameShare is SEED minus GRPO at the same share below
+	// 100%, and GRPOShareMinusFull GRPO at a share minus GRPO with all
+	// the tasks (the control: whether fewer tasks cost GRPO anything).
+	SeedMinusGRPOSameShare map[string]PairedCI        `json:"t2_seed_minus_grpo_same_share_ci,omitempty"`
+	GRPOShareMinusFull     map[string]PairedCI        `json:"t2_grpo_share_minus_full_ci,omitempty"`
+	Families               map[string]map[string]Stat `json:"t3_unseen_by_family"` // algo → family → %
+	Cost                   map[string]map[string]Stat `json:"t4_cost_s"`           // algo → phase → seconds per iteration
+	CostRatio              float64                    `json:"t4_seed_over_grpo_iteration_time"`
 	// Diagnostics are the distillation signal's statistics per method that
 	// distills (mean over iterations and seeds): what to look at when SEED
 	// does not beat GRPO.
@@ -207,6 +212,7 @@ func Summarize(outs []Outcome) Figures {
 	f.RunsTotal = (time.Duration(total) * time.Second).String()
 	f.Main, f.ShareSeen, f.Families, f.Cost, f.Diagnostics, f.Exploration = stats(collect), stats(share), stats(fam), stats(cost), stats(diag), stats(explore)
 	f.SeedMinusGRPO = seedVsGRPO(outs)
+	f.SeedMinusGRPOSameShare, f.GRPOShareMinusFull = seedVsGRPOSameShare(outs), grpoShareVsFull(outs)
 	f.ShareNeeded = "not reached"
 	if g, ok := f.ShareSeen[orchestrator.AlgoGRPO]["100%"]; ok {
 		var shares []string
@@ -408,6 +414,25 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 		for _, k := range keys {
 			c := f.SeedMinusGRPO[k]
 			fmt.Fprintf(&b, "| %s | %s | %d × %d |\n", k, c, c.Seeds, c.Tasks)
+		}
+	}
+	if len(f.SeedMinusGRPOSameShare) > 0 || len(f.GRPOShareMinusFull) > 0 {
+		b.WriteString("\nThe control, at each share below 100% where GRPO ran too (same intervals): SEED minus GRPO with the same tasks, and GRPO minus GRPO with all the tasks. If fewer tasks cost GRPO nothing, SEED matching GRPO@100% with them says nothing about data efficiency.\n\n| share | SEED − GRPO, same share | seeds × tasks | GRPO@share − GRPO@100% | seeds × tasks |\n|---|---|---|---|---|\n")
+		keys := slices.Collect(maps.Keys(f.GRPOShareMinusFull))
+		for k := range f.SeedMinusGRPOSameShare {
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+		sort.Slice(keys, func(i, j int) bool { return pct(keys[i]) < pct(keys[j]) })
+		cell := func(m map[string]PairedCI, k string) string {
+			if c, ok := m[k]; ok {
+				return fmt.Sprintf("%s | %d × %d", c, c.Seeds, c.Tasks)
+			}
+			return "— | —"
+		}
+		for _, k := range keys {
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", k, cell(f.SeedMinusGRPOSameShare, k), cell(f.GRPOShareMinusFull, k))
 		}
 	}
 	b.WriteString("\n## T3 eval-unseen success per task family\n\n| family | GRPO | SEED |\n|---|---|---|\n")
