@@ -244,6 +244,9 @@ type Outcome struct {
 	// and its resume do not count).
 	Seconds float64                    `json:"seconds,omitempty"`
 	Metrics []orchestrator.MetricsLine `json:"-"`
+	// FromLedger is whether the outcome was read from the results folder's
+	// ledger (LedgerFile) because its run folder is gone.
+	FromLedger bool `json:"from_ledger,omitempty"`
 }
 
 // Run executes the grid into out/runs: finished experiments are reused,
@@ -268,11 +271,24 @@ func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, pro
 	// grid (same model, tasks and greedy decoding): measured by the first,
 	// reused by the rest (orchestrator.Deps.BaseEval checks the settings).
 	var baseEval *orchestrator.BaseEval
+	ledger, err := readLedger(out)
+	if err != nil {
+		return nil, err
+	}
 	for i, e := range exps {
 		o := Outcome{Experiment: e, Dir: filepath.Join(runs, e.Name())}
 		d := deps
 		d.BaseEval = baseEval
 		st, err := readState(o.Dir)
+		if rec, ok := ledger[e.Name()]; ok && errors.Is(err, os.ErrNotExist) {
+			if sameModel(rec.Model, spec.Base.Model) {
+				log.Info().Str("experiment", e.Name()).Msg("bench: its run folder is gone; reusing its record in " + LedgerFile)
+				outs = append(outs, rec.outcome())
+				continue
+			}
+			log.Warn().Str("experiment", e.Name()).Str("recorded_model", rec.Model).Str("model", spec.Base.Model).
+				Msg("bench: the ledger's record of this experiment was made on another base model; running it again")
+		}
 		switch {
 		case err == nil && st.Done:
 			// finished earlier
@@ -311,6 +327,10 @@ func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, pro
 		}
 		outs = append(outs, o)
 		log.Info().Str("experiment", e.Name()).Float64("seen", o.Final.Seen).Msg("bench experiment finished")
+		// Recorded as each finishes: a machine lost mid-grid keeps what ran.
+		if err := writeLedger(out, spec.Base.Model, outs, ledger); err != nil {
+			return outs, err
+		}
 	}
 	sort.SliceStable(outs, func(a, b int) bool { return outs[a].Name() < outs[b].Name() })
 	return outs, WriteResults(out, spec, outs, time.Since(start))

@@ -372,6 +372,9 @@ func WriteResults(out string, spec Spec, outs []Outcome, took time.Duration) err
 	}
 	fmt.Fprintf(&b, "Model `%s`%s; %d iterations × %d tasks × %d trajectories per run; training set %s (data shares are of it); seeds %v; wall time of the finished runs %s%s. Success in %% on %d eval tasks per split, mean ± std over seeds; %s.\n\n",
 		spec.Base.Model, env, spec.Base.Iterations, spec.Base.TasksPerIteration, spec.Base.Rollout.GroupSize, set, spec.Seeds, f.RunsTotal, invocation, spec.Base.Eval.Episodes, spec.Base.EvalProtocol())
+	if note := ledgerNote(outs); note != "" {
+		b.WriteString(note + "\n\n")
+	}
 	head, rule := "| method | eval-seen | eval-unseen |", "|---|---|---|"
 	if f.HasScore {
 		head, rule = head+" score |", rule+"---|"

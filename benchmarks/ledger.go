@@ -1,0 +1,148 @@
+package benchmarks
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/seedctl/seedctl/orchestrator"
+)
+
+// LedgerFile is the results folder's record of every finished experiment:
+// its eval points with the per-task outcomes and its metrics lines, one
+// JSON line per experiment. The run folders under runs/ hold checkpoints
+// (hundreds of MB) and are not meant to be committed; the ledger is (tens
+// of KB), so that the tables, their bootstrap intervals and the plots can
+// be rewritten, and a grid grown, after the run folders are gone (another
+// machine, a cleaned disk).
+const LedgerFile = "outcomes.jsonl"
+
+// record is one ledger line.
+type record struct {
+	Experiment
+	// Model is the base policy the run started from (the spec's
+	// Base.Model): a record is reused only by a grid on the same model.
+	Model   string                     `json:"model"`
+	Base    *orchestrator.EvalPoint    `json:"base,omitempty"`
+	Final   *orchestrator.EvalPoint    `json:"final"`
+	Seconds float64                    `json:"seconds,omitempty"`
+	Metrics []orchestrator.MetricsLine `json:"metrics,omitempty"`
+}
+
+func (r record) outcome() Outcome {
+	return Outcome{Experiment: r.Experiment, Done: true, Base: r.Base, Final: r.Final, Seconds: r.Seconds, Metrics: r.Metrics, FromLedger: true}
+}
+
+// sameModel is whether a record made on model a may stand for a run on
+// model b: the same checkpoint folder name (base models are named by
+// their recipe and content hash; the cache's root differs between
+// machines).
+func sameModel(a, b string) bool {
+	return filepath.Base(filepath.Clean(a)) == filepath.Base(filepath.Clean(b))
+}
+
+// readLedger reads out's ledger by experiment name; a missing ledger is
+// empty. A line torn by a kill (the last) is dropped; any other bad line
+// is an error naming it.
+func readLedger(out string) (map[string]record, error) {
+	path := filepath.Join(out, LedgerFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]record{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the bench ledger: %w", err)
+	}
+	recs := map[string]record{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 1<<28)
+	var lines [][]byte
+	for sc.Scan() {
+		lines = append(lines, append([]byte(nil), sc.Bytes()...))
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	for n, l := range lines {
+		if len(bytes.TrimSpace(l)) == 0 {
+			continue
+		}
+		var r record
+		if err := json.Unmarshal(l, &r); err != nil {
+			if n == len(lines)-1 && !bytes.HasSuffix(b, []byte("\n")) {
+				break // torn by a kill mid-write
+			}
+			return nil, fmt.Errorf("%s line %d: %w", path, n+1, err)
+		}
+		if r.Final == nil || r.Algo == "" {
+			return nil, fmt.Errorf("%s line %d: a record without its experiment or final eval", path, n+1)
+		}
+		recs[r.Name()] = r
+	}
+	return recs, nil
+}
+
+// writeLedger rewrites out's ledger: the finished experiments of outs
+// (made on model), and every earlier record outs does not replace (an
+// experiment of another grid in the same folder). Written to a temporary
+// file and renamed, so a kill leaves the old ledger or the new one.
+func writeLedger(out, model string, outs []Outcome, old map[string]record) error {
+	recs := map[string]record{}
+	for name, r := range old {
+		recs[name] = r
+	}
+	for _, o := range outs {
+		if !o.Done || o.Final == nil {
+			continue
+		}
+		if o.FromLedger {
+			continue // already there, with the model it was made on
+		}
+		recs[o.Name()] = record{Experiment: o.Experiment, Model: model, Base: o.Base, Final: o.Final, Seconds: o.Seconds, Metrics: o.Metrics}
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	var b bytes.Buffer
+	for _, name := range slices.Sorted(maps.Keys(recs)) {
+		line, err := json.Marshal(recs[name])
+		if err != nil {
+			return fmt.Errorf("writing the bench ledger: %s: %w", name, err)
+		}
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("writing the bench ledger: %w", err)
+	}
+	tmp := filepath.Join(out, "."+LedgerFile+".tmp")
+	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("writing the bench ledger: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(out, LedgerFile)); err != nil {
+		return fmt.Errorf("writing the bench ledger: %w", err)
+	}
+	return nil
+}
+
+// ledgerNote is the line the report adds when some of its runs came from
+// the ledger alone.
+func ledgerNote(outs []Outcome) string {
+	var names []string
+	for _, o := range outs {
+		if o.FromLedger {
+			names = append(names, o.Name())
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of the runs (%s) are read from %s: their run folders are not on this machine.", len(names), strings.Join(names, ", "), LedgerFile)
+}
