@@ -18,6 +18,12 @@ build:
 
 # Run every test (the architecture test included)
 test:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    # OpenBLAS falls back to slow kernels on CPUs it does not recognise
+    # (scripts/blas-core.sh); a value already set is kept.
+    core=$(./scripts/blas-core.sh)
+    if [[ -z "${OPENBLAS_CORETYPE:-}" && -n "$core" ]]; then export OPENBLAS_CORETYPE=$core; fi
     go test ./...
 
 # The same tests built against libtorch 2.11 (PyPI's torch wheel, CPU): the GPU users' libtorch; PKGS narrows them. Then check-nccl

@@ -63,7 +63,16 @@ type BLASInfo struct {
 	Core   string
 	Forced string
 	AVX512 bool
+	// Best is the fastest kernel set the CPU runs (CPUBestBLASCore);
+	// Detected, what OpenBLAS had picked itself when FixBLASCore restarted
+	// the process with OPENBLAS_CORETYPE=Best ("" when it did not).
+	Best     string
+	Detected string
 }
+
+// Misdetected reports whether OpenBLAS, left to detect the CPU, runs
+// pre-AVX2 kernels on a CPU with better ones (MisdetectedBLASCore).
+func (b BLASInfo) Misdetected() bool { return MisdetectedBLASCore(b.Forced, b.Core, b.Best) }
 
 // ForcedAVX2 reports whether OPENBLAS_CORETYPE holds OpenBLAS to AVX2
 // kernels on an AVX-512 CPU (ForcedAVX2Kernels).
@@ -73,6 +82,7 @@ func (b BLASInfo) ForcedAVX2() bool { return ForcedAVX2Kernels(b.Forced, b.Core,
 // it was given and whether the CPU has AVX-512.
 func (b BLASInfo) withKernels() BLASInfo {
 	b.Core, b.Forced, b.AVX512 = BLASCore(), os.Getenv(BLASCoreEnv), CPUHasAVX512()
+	b.Best, b.Detected = CPUBestBLASCore(), os.Getenv(BLASDetectedEnv)
 	return b
 }
 

@@ -126,6 +126,14 @@ func runDoctor(ctx context.Context, p doctorProbe, o doctorOptions, log zerolog.
 		if info.BLAS.Core != "" {
 			blas.Detail += ", " + info.BLAS.Core + " kernels"
 		}
+		if info.BLAS.Detected != "" && info.BLAS.Forced != "" {
+			blas.Detail += fmt.Sprintf(" (%s=%s set by seedctl at start: OpenBLAS had picked its %s kernels, not recognising this CPU)", trainer.BLASCoreEnv, info.BLAS.Forced, info.BLAS.Detected)
+		}
+		if info.BLAS.Misdetected() {
+			blas.Status = statusWarn
+			blas.Detail += fmt.Sprintf(", no AVX2: OpenBLAS did not recognise this CPU, which runs its %s kernels", info.BLAS.Best)
+			blas.Fix = fmt.Sprintf("set %s=%s (seedctl does so itself at start unless %s=0): sgemm measured 3.4x faster on such a VM", trainer.BLASCoreEnv, info.BLAS.Best, trainer.BLASAutoEnv)
+		}
 		if info.BLAS.ForcedAVX2() {
 			blas.Status = statusWarn
 			blas.Detail += fmt.Sprintf(" because %s=%s is set, on a CPU with AVX-512", trainer.BLASCoreEnv, info.BLAS.Forced)

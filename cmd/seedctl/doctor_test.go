@@ -107,6 +107,22 @@ func TestRunDoctor(t *testing.T) {
 			wantText: []string{"Haswell kernels because OPENBLAS_CORETYPE=Haswell", "unset OPENBLAS_CORETYPE"},
 		},
 		{
+			name: "pre-AVX2 kernels OpenBLAS fell back to on a CPU it did not recognise warn",
+			mutate: func(p *fakeProbe) {
+				p.info.BLAS.Core, p.info.BLAS.Best, p.info.BLAS.AVX512 = "Prescott", "Cooperlake", true
+			},
+			want:     "libtorch=ok device=ok blas=WARN matmul=ok dist=ok just=ok",
+			wantText: []string{"Prescott kernels, no AVX2", "set OPENBLAS_CORETYPE=Cooperlake", "SEEDCTL_BLAS_AUTO=0"},
+		},
+		{
+			name: "kernels seedctl set at start, after OpenBLAS misjudged the CPU, are fine and say so",
+			mutate: func(p *fakeProbe) {
+				p.info.BLAS.Core, p.info.BLAS.Forced, p.info.BLAS.Best, p.info.BLAS.Detected, p.info.BLAS.AVX512 = "Cooperlake", "Cooperlake", "Cooperlake", "Prescott", true
+			},
+			want:     "libtorch=ok device=ok blas=ok matmul=ok dist=ok just=ok",
+			wantText: []string{"Cooperlake kernels (OPENBLAS_CORETYPE=Cooperlake set by seedctl at start: OpenBLAS had picked its Prescott kernels"},
+		},
+		{
 			name: "the kernels OpenBLAS picked itself are fine",
 			mutate: func(p *fakeProbe) {
 				p.info.BLAS.Core, p.info.BLAS.AVX512 = "Cooperlake", true

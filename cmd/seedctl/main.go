@@ -13,9 +13,16 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
+
+	"github.com/seedctl/seedctl/trainer"
 )
 
 func main() {
+	// Before anything else: OpenBLAS chose its kernels when the process
+	// loaded, and a restart is the only way to choose others.
+	if err := trainer.FixBLASCore(func(msg string) { fmt.Fprintln(os.Stderr, "seedctl:", msg) }); err != nil {
+		fmt.Fprintln(os.Stderr, "seedctl: warning:", err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newApp().RunContext(ctx, os.Args); err != nil {
