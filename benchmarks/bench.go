@@ -275,18 +275,19 @@ func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, pro
 	if err != nil {
 		return nil, err
 	}
+	weights := weightsDigest(spec.Base.Model)
 	for i, e := range exps {
 		o := Outcome{Experiment: e, Dir: filepath.Join(runs, e.Name())}
 		d := deps
 		d.BaseEval = baseEval
 		st, err := readState(o.Dir)
 		if rec, ok := ledger[e.Name()]; ok && errors.Is(err, os.ErrNotExist) {
-			if sameModel(rec.Model, spec.Base.Model) {
+			if sameModel(rec.Model, rec.Weights, spec.Base.Model, weights) {
 				log.Info().Str("experiment", e.Name()).Msg("bench: its run folder is gone; reusing its record in " + LedgerFile)
 				outs = append(outs, rec.outcome())
 				continue
 			}
-			log.Warn().Str("experiment", e.Name()).Str("recorded_model", rec.Model).Str("model", spec.Base.Model).
+			log.Warn().Str("experiment", e.Name()).Str("recorded_model", rec.Model).Str("recorded_weights", rec.Weights).Str("model", spec.Base.Model).Str("weights", weights).
 				Msg("bench: the ledger's record of this experiment was made on another base model; running it again")
 		}
 		switch {
@@ -328,7 +329,7 @@ func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, pro
 		outs = append(outs, o)
 		log.Info().Str("experiment", e.Name()).Float64("seen", o.Final.Seen).Msg("bench experiment finished")
 		// Recorded as each finishes: a machine lost mid-grid keeps what ran.
-		if err := writeLedger(out, spec.Base.Model, outs, ledger); err != nil {
+		if err := writeLedger(out, spec.Base.Model, weights, outs, ledger); err != nil {
 			return outs, err
 		}
 	}

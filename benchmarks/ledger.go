@@ -3,9 +3,12 @@ package benchmarks
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -29,7 +32,11 @@ type record struct {
 	Experiment
 	// Model is the base policy the run started from (the spec's
 	// Base.Model): a record is reused only by a grid on the same model.
-	Model   string                     `json:"model"`
+	Model string `json:"model"`
+	// Weights is the base checkpoint's weights sha256 (the first 16 hex
+	// digits; weightsDigest): the same recipe gives other weights on
+	// another CPU, under the same folder name.
+	Weights string                     `json:"weights_sha256,omitempty"`
 	Base    *orchestrator.EvalPoint    `json:"base,omitempty"`
 	Final   *orchestrator.EvalPoint    `json:"final"`
 	Seconds float64                    `json:"seconds,omitempty"`
@@ -40,12 +47,31 @@ func (r record) outcome() Outcome {
 	return Outcome{Experiment: r.Experiment, Done: true, Base: r.Base, Final: r.Final, Seconds: r.Seconds, Metrics: r.Metrics, FromLedger: true}
 }
 
-// sameModel is whether a record made on model a may stand for a run on
-// model b: the same checkpoint folder name (base models are named by
-// their recipe and content hash; the cache's root differs between
-// machines).
-func sameModel(a, b string) bool {
+// sameModel is whether a record made on model a (weights wa) may stand
+// for a run on model b (weights wb): the same weights where both are
+// known, else the same checkpoint folder name (the cache's root differs
+// between machines).
+func sameModel(a, wa, b, wb string) bool {
+	if wa != "" && wb != "" {
+		return wa == wb
+	}
 	return filepath.Base(filepath.Clean(a)) == filepath.Base(filepath.Clean(b))
+}
+
+// weightsDigest is the first 16 hex digits of the sha256 of model's
+// model.safetensors (what `seedctl bootstrap` prints), or "" when model is
+// not a local checkpoint folder (a served model's name).
+func weightsDigest(model string) string {
+	f, err := os.Open(filepath.Join(model, "model.safetensors"))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // readLedger reads out's ledger by experiment name; a missing ledger is
@@ -90,10 +116,10 @@ func readLedger(out string) (map[string]record, error) {
 }
 
 // writeLedger rewrites out's ledger: the finished experiments of outs
-// (made on model), and every earlier record outs does not replace (an
+// (made on model, whose weights digest is weights), and every earlier record outs does not replace (an
 // experiment of another grid in the same folder). Written to a temporary
 // file and renamed, so a kill leaves the old ledger or the new one.
-func writeLedger(out, model string, outs []Outcome, old map[string]record) error {
+func writeLedger(out, model, weights string, outs []Outcome, old map[string]record) error {
 	recs := map[string]record{}
 	for name, r := range old {
 		recs[name] = r
@@ -105,7 +131,7 @@ func writeLedger(out, model string, outs []Outcome, old map[string]record) error
 		if o.FromLedger {
 			continue // already there, with the model it was made on
 		}
-		recs[o.Name()] = record{Experiment: o.Experiment, Model: model, Base: o.Base, Final: o.Final, Seconds: o.Seconds, Metrics: o.Metrics}
+		recs[o.Name()] = record{Experiment: o.Experiment, Model: model, Weights: weights, Base: o.Base, Final: o.Final, Seconds: o.Seconds, Metrics: o.Metrics}
 	}
 	if len(recs) == 0 {
 		return nil

@@ -21,7 +21,7 @@ func TestLedgerRoundTrip(t *testing.T) {
 	b := outcome("seed", 0.4, 2, 0.35, 0.12, 150)
 	skipped := Outcome{Experiment: Experiment{Algo: "seed", DataShare: 1, Seed: 3}, Skipped: "time budget"}
 	old := map[string]record{"rft-share100-seed1": {Experiment: Experiment{Algo: "rft", DataShare: 1, Seed: 1}, Model: "/x/m", Final: &orchestrator.EvalPoint{Seen: 0.2}}}
-	if err := writeLedger(out, "/cache/base-models/tiny-v12-abc", []Outcome{a, b, skipped}, old); err != nil {
+	if err := writeLedger(out, "/cache/base-models/tiny-v12-abc", "0612af9baf770cf0", []Outcome{a, b, skipped}, old); err != nil {
 		t.Fatal(err)
 	}
 	got, err := readLedger(out)
@@ -32,7 +32,7 @@ func TestLedgerRoundTrip(t *testing.T) {
 		t.Fatalf("ledger has %d records, want the 2 finished and the earlier one: %v", len(got), got)
 	}
 	r := got[a.Name()]
-	if r.Model != "/cache/base-models/tiny-v12-abc" || r.Final.SeenWins != "0110" || r.Seconds != a.Seconds || !reflect.DeepEqual(r.Metrics, a.Metrics) {
+	if r.Model != "/cache/base-models/tiny-v12-abc" || r.Weights != "0612af9baf770cf0" || r.Final.SeenWins != "0110" || r.Seconds != a.Seconds || !reflect.DeepEqual(r.Metrics, a.Metrics) {
 		t.Errorf("record of %s: %+v", a.Name(), r)
 	}
 	if o := got[b.Name()].outcome(); !o.Done || !o.FromLedger || o.Final.Seen != 0.35 || o.DataShare != 0.4 {
@@ -63,8 +63,29 @@ func TestLedgerRoundTrip(t *testing.T) {
 	if got, err := readLedger(t.TempDir()); err != nil || len(got) != 0 {
 		t.Errorf("no ledger: %v %v", got, err)
 	}
-	if !sameModel("/root/.cache/seedctl/base-models/tiny-v12-abc", "/home/u/.cache/seedctl/base-models/tiny-v12-abc/") || sameModel("/c/tiny-v12-abc", "/c/tiny-v12-def") {
-		t.Error("sameModel")
+	for _, tt := range []struct {
+		a, wa, b, wb string
+		want         bool
+	}{
+		{"/root/.cache/seedctl/base-models/tiny-v12-abc", "", "/home/u/.cache/seedctl/base-models/tiny-v12-abc/", "", true},
+		{"/c/tiny-v12-abc", "", "/c/tiny-v12-def", "", false},
+		{"/c/tiny-v12-abc", "0612af9baf770cf0", "/d/tiny-v12-abc", "0612af9baf770cf0", true},
+		{"/c/tiny-v12-abc", "0612af9baf770cf0", "/c/tiny-v12-abc", "77aa00bb11cc22dd", false}, // the same recipe built on another CPU
+		{"/c/tiny-v12-abc", "0612af9baf770cf0", "/c/tiny-v12-abc", "", true},                // a record without weights: the name decides
+	} {
+		if got := sameModel(tt.a, tt.wa, tt.b, tt.wb); got != tt.want {
+			t.Errorf("sameModel(%q, %q, %q, %q) = %v", tt.a, tt.wa, tt.b, tt.wb, got)
+		}
+	}
+	dir := t.TempDir()
+	if weightsDigest(dir) != "" || weightsDigest("Qwen/Qwen2.5-3B-Instruct") != "" {
+		t.Error("a digest without weights")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), []byte("abc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := weightsDigest(dir); got != "ba7816bf8f01cfea" { // sha256("abc")
+		t.Errorf("weightsDigest = %q", got)
 	}
 }
 
@@ -81,7 +102,7 @@ func TestRunReadsTheLedgerWhenRunFoldersAreGone(t *testing.T) {
 		s.Final.SeenWins = "1101"
 		outs = append(outs, g, s)
 	}
-	if err := writeLedger(out, model, outs, nil); err != nil {
+	if err := writeLedger(out, model, "", outs, nil); err != nil {
 		t.Fatal(err)
 	}
 	base := orchestrator.Default()
@@ -123,5 +144,27 @@ func TestRunReadsTheLedgerWhenRunFoldersAreGone(t *testing.T) {
 	// and the records stay for the model they were made on.
 	if recs, _ := readLedger(out); len(recs) != 4 {
 		t.Errorf("ledger lost records: %d", len(recs))
+	}
+	// The same folder name with other weights (the recipe built on another
+	// CPU): not reused either.
+	other := filepath.Join(t.TempDir(), "tiny-v12-abc")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "model.safetensors"), []byte("abc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out2 := t.TempDir()
+	if err := writeLedger(out2, model, "0612af9baf770cf0", outs, nil); err != nil {
+		t.Fatal(err)
+	}
+	spec.Base.Model = other
+	if got, err = Run(context.Background(), spec, out2, orchestrator.Deps{}, io.Discard, zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range got {
+		if o.FromLedger {
+			t.Errorf("%s reused from a record of other weights under the same name", o.Name())
+		}
 	}
 }
