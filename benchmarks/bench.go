@@ -83,6 +83,19 @@ func (s Spec) shareAlgos() []string {
 	return compared
 }
 
+// hasShareRuns is whether the grid runs methods at shares below 1.
+func (s Spec) hasShareRuns() bool {
+	if len(s.shareAlgos()) == 0 {
+		return false
+	}
+	for _, sh := range s.Shares {
+		if sh < 1 {
+			return true
+		}
+	}
+	return false
+}
+
 // Experiments lists the grid: every algorithm at share 1, then the share
 // methods (GRPO and SEED unless narrowed) at each share below 1, for every
 // seed.
@@ -140,8 +153,11 @@ func (s Spec) config(e Experiment, runsDir string) orchestrator.Config {
 
 // Validate checks the grid and the base config.
 func (s Spec) Validate() error {
-	if len(s.Seeds) == 0 || len(s.Algos) == 0 {
-		return errors.New("bench spec: at least one seed and one algorithm")
+	if len(s.Seeds) == 0 {
+		return errors.New("bench spec: at least one seed")
+	}
+	if len(s.Algos) == 0 && !s.hasShareRuns() {
+		return errors.New("bench spec: nothing to run: no algorithm, and no data share below 1 with a method to run there")
 	}
 	for _, sh := range s.Shares {
 		if sh <= 0 || sh > 1 {
@@ -164,7 +180,7 @@ func (s Spec) Validate() error {
 		}
 	}
 	c := s.Base
-	for _, a := range s.Algos {
+	for _, a := range slices.Concat(s.Algos, s.ShareAlgos) {
 		c.Algo = a
 		if err := c.Validate(); err != nil {
 			return fmt.Errorf("bench spec, algo %s: %w", a, err)
@@ -218,16 +234,16 @@ func Full(base orchestrator.Config) Spec {
 // tomorrow runs only seeds 2 and 3.
 func (s Spec) Select(algos []string, shares []float64, shareAlgos []string, seeds []int64) Spec {
 	if algos != nil {
-		s.Algos = append([]string(nil), algos...)
+		s.Algos = slices.Clone(algos) // an empty, non-nil selection stays empty
 	}
 	if shares != nil {
-		s.Shares = append([]float64(nil), shares...)
+		s.Shares = slices.Clone(shares)
 	}
 	if shareAlgos != nil {
-		s.ShareAlgos = append([]string(nil), shareAlgos...)
+		s.ShareAlgos = slices.Clone(shareAlgos)
 	}
 	if seeds != nil {
-		s.Seeds = append([]int64(nil), seeds...)
+		s.Seeds = slices.Clone(seeds)
 	}
 	return s
 }

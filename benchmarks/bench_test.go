@@ -168,7 +168,21 @@ func TestGridAndValidate(t *testing.T) {
 	if kept := q.Select(nil, nil, nil, []int64{7}); len(kept.Algos) != 2 || kept.Shares[0] != 0.4 || len(kept.ShareAlgos) != 1 || kept.Seeds[0] != 7 {
 		t.Errorf("nil arguments must keep the grid: %+v", kept)
 	}
+	// --algos none: the share columns alone.
+	only := q.Select([]string{}, []float64{0.2}, []string{"grpo"}, []int64{1, 2})
+	if err := only.Validate(); err != nil {
+		t.Errorf("GRPO at 20%% alone: %v", err)
+	}
+	var onlyNames []string
+	for _, e := range only.Experiments() {
+		onlyNames = append(onlyNames, e.Name())
+	}
+	if !reflect.DeepEqual(onlyNames, []string{"grpo-share020-seed1", "grpo-share020-seed2"}) {
+		t.Errorf("GRPO at 20%% alone runs %v", onlyNames)
+	}
 	for name, s := range map[string]Spec{
+		"nothing to run":           q.Select([]string{}, []float64{1}, nil, nil),
+		"no method at the shares":  q.Select([]string{}, []float64{0.2}, []string{}, nil),
 		"unknown algorithm":        q.Select([]string{"ppo"}, nil, nil, nil),
 		"no seeds":                 q.Select(nil, nil, nil, []int64{}),
 		"share 0":                  q.Select(nil, []float64{0}, nil, nil),

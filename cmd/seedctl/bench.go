@@ -25,7 +25,7 @@ func benchCommand() *cli.Command {
 			&cli.IntFlag{Name: "iterations", Usage: "stage-2 iterations per run (embedded default: 4, a single run makes 8)"},
 			&cli.IntFlag{Name: "eval-episodes", Usage: "tasks per eval split"},
 			&cli.StringFlag{Name: "device", Value: "cpu"},
-			&cli.StringSliceFlag{Name: "algos", Usage: "T1 methods to run (default: all; with --quick grpo,seed)"},
+			&cli.StringSliceFlag{Name: "algos", Usage: "T1 methods to run (default: all; with --quick grpo,seed; none: only the --shares columns)"},
 			&cli.Float64SliceFlag{Name: "shares", Usage: "T2 data shares besides 1 (default 0.2,0.4,0.6,0.8; with --quick 0.4; 1 runs none)"},
 			&cli.StringSliceFlag{Name: "share-algos", Usage: "methods run at the T2 shares (default grpo,seed; with --quick seed)"},
 			&cli.Int64SliceFlag{Name: "seeds", Usage: "seeds (default 1,2,3; with --quick 1); finished runs of the folder are reused"},
@@ -69,6 +69,9 @@ func benchCommand() *cli.Command {
 			}
 			if c.IsSet("algos") {
 				algos = c.StringSlice("algos")
+				if len(algos) == 1 && algos[0] == "none" {
+					algos = []string{} // the share columns alone
+				}
 			}
 			if c.IsSet("shares") {
 				shares = c.Float64Slice("shares")
