@@ -71,7 +71,7 @@ func TestLedgerRoundTrip(t *testing.T) {
 		{"/c/tiny-v12-abc", "", "/c/tiny-v12-def", "", false},
 		{"/c/tiny-v12-abc", "0612af9baf770cf0", "/d/tiny-v12-abc", "0612af9baf770cf0", true},
 		{"/c/tiny-v12-abc", "0612af9baf770cf0", "/c/tiny-v12-abc", "77aa00bb11cc22dd", false}, // the same recipe built on another CPU
-		{"/c/tiny-v12-abc", "0612af9baf770cf0", "/c/tiny-v12-abc", "", true},                // a record without weights: the name decides
+		{"/c/tiny-v12-abc", "0612af9baf770cf0", "/c/tiny-v12-abc", "", true},                  // a record without weights: the name decides
 	} {
 		if got := sameModel(tt.a, tt.wa, tt.b, tt.wb); got != tt.want {
 			t.Errorf("sameModel(%q, %q, %q, %q) = %v", tt.a, tt.wa, tt.b, tt.wb, got)
