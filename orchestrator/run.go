@@ -118,6 +118,11 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Result, error) {
 		return nil, err
 	}
 	dir := runDir(filepath.Join(cfg.RunsDir, cfg.Name))
+	unlock, err := lockRun(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if _, err := os.Stat(dir.state()); err == nil {
 		return nil, fmt.Errorf("run directory %s already holds a run: resume it (seedctl run --resume %s) or choose another name", dir, dir)
 	}
@@ -139,6 +144,14 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Result, error) {
 // Resume continues the run in dir from its last finished iteration.
 func Resume(ctx context.Context, dir string, deps Deps) (*Result, error) {
 	d := runDir(dir)
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("resuming %s: %w", dir, err)
+	}
+	unlock, err := lockRun(d)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	cfg, err := Load(d.config())
 	if err != nil {
 		return nil, fmt.Errorf("resuming %s: %w", dir, err)
