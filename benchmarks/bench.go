@@ -18,6 +18,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/seedctl/seedctl/internal/dirlock"
 	"github.com/seedctl/seedctl/orchestrator"
 )
 
@@ -279,6 +280,13 @@ func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, pro
 		// the consumed fraction would train on the same tasks.
 		spec.Base.TrainTasks = spec.Base.Iterations * spec.Base.TasksPerIteration
 	}
+	// One bench per results folder: two would run the same experiments
+	// and overwrite each other's ledger.
+	unlock, err := dirlock.Lock(out, "bench.lock", "bench results folder")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	runs := filepath.Join(out, "runs")
 	start := time.Now()
 	exps := spec.Experiments()

@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/seedctl/seedctl/internal/dirlock"
 	"github.com/seedctl/seedctl/orchestrator"
 )
 
@@ -166,5 +168,21 @@ func TestRunReadsTheLedgerWhenRunFoldersAreGone(t *testing.T) {
 		if o.FromLedger {
 			t.Errorf("%s reused from a record of other weights under the same name", o.Name())
 		}
+	}
+}
+
+// One bench per results folder.
+func TestRunRefusesAFolderInUse(t *testing.T) {
+	out := t.TempDir()
+	unlock, err := dirlock.Lock(out, "bench.lock", "bench results folder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	base := orchestrator.Default()
+	base.Model = "/m"
+	spec := Spec{Base: base, Algos: []string{"grpo"}, Shares: []float64{1}, Seeds: []int64{1}, ReportOnly: true}
+	if _, err := Run(context.Background(), spec, out, orchestrator.Deps{}, io.Discard, zerolog.Nop()); !errors.Is(err, dirlock.ErrInUse) {
+		t.Errorf("a bench on a folder in use: %v", err)
 	}
 }
