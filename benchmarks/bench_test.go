@@ -68,6 +68,16 @@ func TestSummarizeTables(t *testing.T) {
 	if _, ok := f.Diagnostics["grpo"]; ok {
 		t.Errorf("GRPO has distillation diagnostics: %v", f.Diagnostics["grpo"])
 	}
+	// The share runs have their own T6 and T7 rows, and stay out of T4.
+	if d := f.Diagnostics["seed @40%"]["gate_mean"]; d.N != 4 { // 2 runs × 2 iterations
+		t.Errorf("T6 row of SEED with 40%% of the tasks: %+v", f.Diagnostics["seed @40%"])
+	}
+	if e := f.Exploration["grpo @40%"]["agreement_first"]; e.N != 1 {
+		t.Errorf("T7 row of GRPO with 40%% of the tasks: %+v", f.Exploration["grpo @40%"])
+	}
+	if c := f.Cost["seed"]["iteration_s"]; c.N != 4 { // the 2 full-share runs × 2 iterations
+		t.Errorf("T4 counts the share runs: %+v", c)
+	}
 	if len(f.Skipped) != 1 {
 		t.Errorf("skipped %v", f.Skipped)
 	}

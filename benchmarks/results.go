@@ -167,8 +167,42 @@ func Summarize(outs []Outcome) Figures {
 		}
 		f.HasScore = f.HasScore || o.Final.SeenScore != 0 || o.Base != nil && o.Base.SeenScore != 0
 		put(share, o.Algo, shareKey(o.DataShare), 100*o.Final.Seen)
+		// T6 and T7 have a row per method and share ("seed @20%"): what
+		// the signal did in the runs with fewer tasks too.
+		row := o.Algo
+		if o.DataShare != 1 {
+			row += " @" + shareKey(o.DataShare)
+		}
+		var iters []orchestrator.MetricsLine
+		for _, l := range o.Metrics {
+			if l.Kind == "iteration" {
+				iters = append(iters, l)
+			}
+		}
+		if n := len(iters); n > 0 {
+			if _, ok := iters[0].Values["first_action_agreement"]; ok {
+				put(explore, row, "agreement_first", iters[0].Values["first_action_agreement"])
+				put(explore, row, "agreement_last", iters[n-1].Values["first_action_agreement"])
+				put(explore, row, "success_first", 100*iters[0].Values["success"])
+				put(explore, row, "success_last", 100*iters[n-1].Values["success"])
+			}
+		}
+		for _, l := range iters {
+			if _, ok := l.Values["skill_share"]; ok {
+				for _, k := range diagKeys {
+					if v, ok := l.Values[k]; ok {
+						put(diag, row, k, v)
+					}
+				}
+			}
+		}
 		if o.DataShare != 1 {
 			continue
+		}
+		for _, l := range iters {
+			for _, k := range []string{"rollout_s", "analysis_s", "rescore_s", "update_s", "publish_s", "iteration_s", "analysis_tokens"} {
+				put(cost, o.Algo, k, l.Values[k])
+			}
 		}
 		put(collect, o.Algo, "seen", 100*o.Final.Seen)
 		put(collect, o.Algo, "unseen", 100*o.Final.Unseen)
@@ -181,32 +215,6 @@ func Summarize(outs []Outcome) Figures {
 		}
 		for fm, v := range o.Final.UnseenByFamily {
 			put(fam, o.Algo, fm, 100*v)
-		}
-		var iters []orchestrator.MetricsLine
-		for _, l := range o.Metrics {
-			if l.Kind == "iteration" {
-				iters = append(iters, l)
-			}
-		}
-		if n := len(iters); n > 0 {
-			if _, ok := iters[0].Values["first_action_agreement"]; ok {
-				put(explore, o.Algo, "agreement_first", iters[0].Values["first_action_agreement"])
-				put(explore, o.Algo, "agreement_last", iters[n-1].Values["first_action_agreement"])
-				put(explore, o.Algo, "success_first", 100*iters[0].Values["success"])
-				put(explore, o.Algo, "success_last", 100*iters[n-1].Values["success"])
-			}
-		}
-		for _, l := range iters {
-			for _, k := range []string{"rollout_s", "analysis_s", "rescore_s", "update_s", "publish_s", "iteration_s", "analysis_tokens"} {
-				put(cost, o.Algo, k, l.Values[k])
-			}
-			if _, ok := l.Values["skill_share"]; ok {
-				for _, k := range diagKeys {
-					if v, ok := l.Values[k]; ok {
-						put(diag, o.Algo, k, v)
-					}
-				}
-			}
 		}
 	}
 	f.RunsTotal = (time.Duration(total) * time.Second).String()
