@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/internal/ckpthash"
 	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/tokenizer"
 	"github.com/seedctl/seedctl/trainer"
@@ -504,15 +504,4 @@ func EncodeRepeated(eps []Episode, p *rollout.Policy, tmpl rollout.Template, mod
 }
 
 // WeightsHash fingerprints a checkpoint's weights (model.safetensors).
-func WeightsHash(dir string) (string, error) {
-	f, err := os.Open(filepath.Join(dir, "model.safetensors"))
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
+func WeightsHash(dir string) (string, error) { return ckpthash.Weights(dir) }

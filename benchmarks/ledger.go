@@ -3,18 +3,16 @@ package benchmarks
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/seedctl/seedctl/internal/ckpthash"
 	"github.com/seedctl/seedctl/orchestrator"
 )
 
@@ -62,16 +60,11 @@ func sameModel(a, wa, b, wb string) bool {
 // model.safetensors (what `seedctl bootstrap` prints), or "" when model is
 // not a local checkpoint folder (a served model's name).
 func weightsDigest(model string) string {
-	f, err := os.Open(filepath.Join(model, "model.safetensors"))
+	h, err := ckpthash.Weights(model)
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return ""
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
+	return h[:16]
 }
 
 // readLedger reads out's ledger by experiment name; a missing ledger is
