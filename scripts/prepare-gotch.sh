@@ -99,7 +99,7 @@ fi
 NCCL_KEY="$(printf '%s\n' "${NCCL_INC[@]}" | sha256sum | cut -c1-8)"
 
 LIST="$LISTS/libtorch-$LT_VERSION-missing-wrappers.txt"
-SELF_HASH="$({ cat "${BASH_SOURCE[0]}"; cat "$LIST" 2>/dev/null || true; cat "$LISTS"/c10d/*; } | sha256sum | cut -c1-16)"
+SELF_HASH="$({ cat "${BASH_SOURCE[0]}"; cat "$LIST" 2>/dev/null || true; cat "$LISTS"/c10d/* "$LISTS"/seedops/*; } | sha256sum | cut -c1-16)"
 STAMP="gotch=$GOTCH_VERSION libtorch=$LT_VERSION root=$LT_ROOT device=$DEVICE abi=$ABI nccl=${SEEDCTL_NCCL:-1}:$NCCL_KEY script=$SELF_HASH probe=${SEEDCTL_GOTCH_PROBE:-0}"
 if [[ -f "$DEST/.seedctl-prepared" && "$(cat "$DEST/.seedctl-prepared")" == "$STAMP" ]]; then
   log "up to date ($STAMP)"
@@ -120,6 +120,11 @@ find "$DEST.tmp" -name '*_test.go' -delete
 # builds as a stub that says so.
 mkdir -p "$DEST.tmp/libtch/c10d"
 cp "$LISTS"/c10d/c10d_shim.h "$LISTS"/c10d/c10d_shim.cpp "$LISTS"/c10d/c10d.go "$DEST.tmp/libtch/c10d/"
+# seedctl's own libtorch calls (the optimizer step in C++ with the fused
+# AdamW kernel where libtorch has it; causal attention without a mask)
+# become the package libtch/seedops, likewise.
+mkdir -p "$DEST.tmp/libtch/seedops"
+cp "$LISTS"/seedops/seedops.h "$LISTS"/seedops/seedops.cpp "$LISTS"/seedops/seedops.go "$DEST.tmp/libtch/seedops/"
 
 # ---- cgo flags (gotch rewrites libtch/lib.go per device the same way) ------
 INC="${LT_INC:+-I$LT_INC }-I$LT_API_INC"
@@ -160,6 +165,7 @@ CXXINC="-I\${SRCDIR} $INC"
   echo 'import "C"'
 } >"$DEST.tmp/libtch/lib.go"
 sed 's/^package libtch$/package c10d/' "$DEST.tmp/libtch/lib.go" >"$DEST.tmp/libtch/c10d/lib.go"
+sed 's/^package libtch$/package seedops/' "$DEST.tmp/libtch/lib.go" >"$DEST.tmp/libtch/seedops/lib.go"
 # The NCCL process group is compiled in when the shim compiles with it
 # (a syntax-only probe, ~15 s); otherwise c10d's NCCL calls say what is
 # missing. .seedctl-nccl records the outcome.

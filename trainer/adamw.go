@@ -10,8 +10,10 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
+	"unsafe"
 
 	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/libtch/seedops"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -19,7 +21,7 @@ import (
 const OptimizerStateFile = "optimizer.safetensors"
 
 // Optimizer is AdamW over a model's parameters (decoupled weight decay, bias
-// correction, the same update as torch.optim.AdamW), with gradient-norm
+// correction, the same update as torch.seedops.AdamW), with gradient-norm
 // clipping, a refusal of non-finite steps, and state that can be saved and
 // restored so a resumed run continues exactly.
 type Optimizer struct {
@@ -40,14 +42,68 @@ type Optimizer struct {
 	// others hold nil there and receive the updated weights from it.
 	group *ProcessGroup
 	owner []int
+	// kernel is how the update runs (AdamWFused, AdamWNative or AdamWGo).
+	kernel string
 }
+
+// How an AdamW update runs. All three compute torch.seedops.AdamW's update
+// (they agree to float32 rounding; adamw_test.go checks it).
+const (
+	// AdamWFused is libtorch's fused AdamW kernel (_fused_adamw_: CUDA
+	// from libtorch 2.0, CPU from 2.4) over chunks of parameters, called
+	// once from Go with the gradient norm; the default where it exists.
+	AdamWFused = "fused"
+	// AdamWNative is the same update as a C++ loop of in-place ops per
+	// parameter, called once from Go: the default elsewhere (Debian's
+	// libtorch 1.13).
+	AdamWNative = "native"
+	// AdamWGo issues every op of every parameter from Go (~20 gotch
+	// calls per parameter, and the gradient norm read back once per
+	// parameter). It was the only update before the other two; kept as
+	// their reference and for benchmarks (seedctl model stepbench --adamw go).
+	AdamWGo = "go"
+)
+
+// AdamWKernels lists the update kernels (SetKernel's names).
+var AdamWKernels = []string{AdamWFused, AdamWNative, AdamWGo}
+
+// DefaultAdamWKernel is the kernel a new optimizer uses on the device:
+// fused where this libtorch has it, else native.
+func DefaultAdamWKernel(dev gotch.Device) string {
+	if seedops.FusedAvailable(dev.IsCuda()) {
+		return AdamWFused
+	}
+	return AdamWNative
+}
+
+// SetKernel chooses how the update runs (one of AdamWKernels).
+func (o *Optimizer) SetKernel(k string) error {
+	switch k {
+	case AdamWNative, AdamWGo:
+	case AdamWFused:
+		if !seedops.FusedAvailable(o.m.device.IsCuda()) {
+			dev := "CPU"
+			if o.m.device.IsCuda() {
+				dev = "CUDA"
+			}
+			return fmt.Errorf("AdamW kernel %q: this libtorch has no fused AdamW kernel for %s tensors (libtorch 2.0 has it for CUDA, 2.4 for CPU); use %q", k, dev, AdamWNative)
+		}
+	default:
+		return fmt.Errorf("AdamW kernel %q: want one of %v", k, AdamWKernels)
+	}
+	o.kernel = k
+	return nil
+}
+
+// Kernel is how the update runs (AdamWFused, AdamWNative or AdamWGo).
+func (o *Optimizer) Kernel() string { return o.kernel }
 
 // NewAdamW builds an AdamW optimizer for m (β = 0.9, 0.999, ε = 1e-8).
 func (m *Model) NewAdamW(lr, weightDecay float64) (*Optimizer, error) {
 	if lr < 0 || weightDecay < 0 || math.IsNaN(lr) || math.IsNaN(weightDecay) {
 		return nil, fmt.Errorf("building AdamW: lr %v and weight decay %v must be >= 0", lr, weightDecay)
 	}
-	o := &Optimizer{m: m, lr: lr, wd: weightDecay, beta1: 0.9, beta2: 0.999, eps: 1e-8}
+	o := &Optimizer{m: m, lr: lr, wd: weightDecay, beta1: 0.9, beta2: 0.999, eps: 1e-8, kernel: DefaultAdamWKernel(m.device)}
 	var err error
 	func() {
 		defer guard(&err, "building AdamW")
@@ -175,8 +231,70 @@ func (o *Optimizer) SetLR(lr float64) { o.lr = lr }
 // Steps is the number of updates applied so far.
 func (o *Optimizer) Steps() int64 { return o.step }
 
-// adamStep applies one AdamW update from the parameters' gradients.
-func (o *Optimizer) adamStep() {
+// adamStep applies one AdamW update from the parameters' gradients,
+// multiplied first by gradScale (gradient clipping).
+func (o *Optimizer) adamStep(gradScale float64) {
+	if o.kernel == AdamWGo {
+		if gradScale != 1 {
+			o.scaleGrads(gradScale)
+		}
+		o.adamStepGo()
+		return
+	}
+	o.step++
+	params := make([]unsafe.Pointer, len(o.m.params))
+	exp := make([]unsafe.Pointer, len(params))
+	expSq := make([]unsafe.Pointer, len(params))
+	var master []unsafe.Pointer
+	if o.master != nil {
+		master = make([]unsafe.Pointer, len(params))
+	}
+	var largest int64
+	for i, p := range o.m.params {
+		params[i] = p.t.Ctensor()
+		if o.exp[i] == nil {
+			continue // another rank owns it (sharded)
+		}
+		exp[i], expSq[i] = o.exp[i].Ctensor(), o.expSq[i].Ctensor()
+		if master != nil {
+			master[i] = o.master[i].Ctensor()
+		}
+		largest = max(largest, numel(p.shape))
+	}
+	err := seedops.Update(params, master, exp, expSq, seedops.AdamW{
+		GradScale: gradScale, LR: o.lr, WeightDecay: o.wd, Beta1: o.beta1, Beta2: o.beta2, Eps: o.eps,
+		Step: o.step, Fused: o.kernel == AdamWFused,
+		// The float32 gradient copies the fused update holds at once stay
+		// within the three parameter-sized temporaries the memory plan
+		// gives the update (memplan.go).
+		Chunk: 3 * largest,
+	})
+	runtime.KeepAlive(o.m.params)
+	runtime.KeepAlive(o.master)
+	runtime.KeepAlive(o.exp)
+	runtime.KeepAlive(o.expSq)
+	if err != nil {
+		panic(torchError{fmt.Errorf("%w: %w", ErrTorch, err)})
+	}
+}
+
+// scaleGrads multiplies every gradient by s in place.
+func (o *Optimizer) scaleGrads(s float64) {
+	withoutGrad(func() {
+		for _, p := range o.m.params {
+			g := must(p.t.Grad(false))
+			if g.MustDefined() {
+				sc := ts.FloatScalar(s)
+				must0(g.MulScalar_(sc))
+				runtime.KeepAlive(sc)
+			}
+			drop(g)
+		}
+	})
+}
+
+// adamStepGo is adamStep with every op issued from Go (AdamWGo).
+func (o *Optimizer) adamStepGo() {
 	o.step++
 	bc1 := 1 - math.Pow(o.beta1, float64(o.step))
 	bc2 := 1 - math.Pow(o.beta2, float64(o.step))

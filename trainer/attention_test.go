@@ -310,3 +310,69 @@ func TestFusedAttentionMatches(t *testing.T) {
 		m.Close()
 	}
 }
+
+func TestCausalRows(t *testing.T) {
+	for _, c := range []struct {
+		segs [][]int
+		want bool
+	}{
+		{[][]int{{1, 1, 1}, {1, 1, 1}}, true},
+		{[][]int{{1, 1, 0, 0}, {2, 2, 2, 2}}, true}, // one segment then padding
+		{[][]int{{1, 2, 2}}, false},                 // packed
+		{[][]int{{1, 0, 1}}, false},                 // a token after padding
+		{[][]int{{0, 1, 1}}, false},                 // left padding
+		{[][]int{{}}, false},
+	} {
+		if got := causalRows(c.segs); got != c.want {
+			t.Errorf("causalRows(%v) = %v, want %v", c.segs, got, c.want)
+		}
+	}
+}
+
+// TestCausalAttentionMatchesMasked: rows that are one sequence each, right
+// padded (an RL micro-batch), run scaled_dot_product_attention with
+// is_causal and no mask; the logits before the padding and an NLL step's
+// loss and gradients equal the masked form's, with and without
+// recomputation (which builds causal blocks of three queries).
+func TestCausalAttentionMatchesMasked(t *testing.T) {
+	if !sdpaAvailable() {
+		t.Skipf("this libtorch has no scaled_dot_product_attention (attention kernel: %s): rows always take the mask", AttentionKernel())
+	}
+	defer func(on bool, chunk int64) { causalAttention, attentionChunk = on, chunk }(causalAttention, attentionChunk)
+	attentionChunk = 3 // recomputation's blocks of queries: 0-2, 3-5, 6
+	in := Input{
+		IDs:      [][]int{{5, 17, 3, 88, 41, 9, 60}, {7, 7, 12, 30, 0, 0, 0}},
+		Segments: [][]int{{1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 0, 0, 0}},
+	}
+	targets := [][]int{{17, 3, 88, 41, 9, 60, -1}, {7, 12, 30, -1, -1, -1, -1}}
+	for _, arch := range []Arch{ArchQwen2, ArchLlama} {
+		m, _ := newTiny(t, arch, 48)
+		run := func(causal, recompute bool) ([][][]float32, map[string][]float64, float64) {
+			causalAttention = causal
+			m.SetRecompute(recompute)
+			logits, err := m.Logits(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			loss, err := m.NLLBackward(in, targets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := gradValues(m)
+			m.ZeroGrad()
+			logits[1] = logits[1][:4] // the padding's outputs are unspecified
+			return logits, g, loss
+		}
+		wantLogits, wantGrads, wantLoss := run(false, false)
+		for _, rec := range []bool{false, true} {
+			logits, grads, loss := run(true, rec)
+			if d := maxAbsDiff(wantLogits, logits); d > 1e-5 {
+				t.Errorf("%s (recompute %v): causal attention's logits differ by %g", arch, rec, d)
+			}
+			if rel, ok := compareGrads(wantGrads, grads); !ok || rel > 1e-5 || math.Abs(loss-wantLoss) > 1e-5 {
+				t.Errorf("%s (recompute %v): causal attention's gradients differ by %.3g of the largest (same parameters: %v), loss %v vs %v", arch, rec, rel, ok, loss, wantLoss)
+			}
+		}
+		m.Close()
+	}
+}

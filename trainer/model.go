@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/libtch/seedops"
 	"github.com/sugarme/gotch/nn"
 	"github.com/sugarme/gotch/ts"
 )
@@ -297,7 +298,10 @@ type Input struct {
 	Positions [][]int
 	// Segments label each token: a token attends (causally) only to earlier
 	// tokens of its own segment. 0 marks padding. nil means one segment (1)
-	// per row.
+	// per row. What a padding position's output holds is unspecified (it
+	// attends to itself alone, or, where every row is one segment then
+	// padding and the fused kernel runs, causally to the row): nothing may
+	// read it.
 	Segments [][]int
 }
 
@@ -414,7 +418,7 @@ func (m *Model) forwardTo(in Input, cache *KVCache, head bool) *ts.Tensor {
 			keySegs[i] = append(append([]int(nil), cache.segs[i]...), segs[i]...)
 		}
 	}
-	mask := &attnMask{m: m, qSegs: segs, kSegs: keySegs, past: past}
+	mask := &attnMask{m: m, qSegs: segs, kSegs: keySegs, past: past, causal: past == 0 && causalAttention && sdpaAvailable() && causalRows(segs)}
 	defer mask.free()
 
 	var kv kvStore
@@ -639,10 +643,47 @@ type attnMask struct {
 	past         int
 	full         *ts.Tensor // built by all, or given (batched decode)
 	scratch      []float32  // rows' host buffer, reused block after block
+	// causal: every row is one segment from its first position, then
+	// padding, with no cache (causalRows), and the fused attention runs:
+	// all returns nil (attend then asks for is_causal and no mask: flash
+	// attention on CUDA, which a mask rules out) and rows a [1, 1, n, S]
+	// causal block. Outputs at padding positions differ from the masked
+	// form's (they attend causally instead of to themselves); every
+	// position before the padding is the same.
+	causal bool
 }
 
-// all returns the whole mask, owned by am.
+// causalAttention lets rows that are causal alone skip the mask (tests
+// turn it off to compare).
+var causalAttention = true
+
+// causalRows says whether each row is one non-zero segment from its
+// first position followed by padding (0) alone: the rows of an RL
+// micro-batch, or of a batch without Segments.
+func causalRows(segs [][]int) bool {
+	for _, row := range segs {
+		if len(row) == 0 || row[0] == 0 {
+			return false
+		}
+		pad := false
+		for _, sg := range row {
+			switch {
+			case sg == 0:
+				pad = true
+			case pad || sg != row[0]:
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// all returns the whole mask, owned by am, or nil where attention is
+// causal alone (am.causal).
 func (am *attnMask) all() *ts.Tensor {
+	if am.causal {
+		return nil
+	}
 	if am.full == nil {
 		am.full = am.m.maskRows(am.qSegs, am.kSegs, am.past, 0, len(am.qSegs[0]), nil)
 	}
@@ -653,6 +694,9 @@ func (am *attnMask) all() *ts.Tensor {
 func (am *attnMask) rows(s, n int64) *ts.Tensor {
 	if am.full != nil {
 		return must(am.full.Narrow(2, s, n, false))
+	}
+	if am.causal {
+		return am.m.causalBlock(int(s), int(n), len(am.kSegs[0]))
 	}
 	need := len(am.qSegs) * int(n) * len(am.kSegs[0])
 	if cap(am.scratch) < need {
@@ -696,6 +740,26 @@ func (m *Model) maskRows(qSegs, kSegs [][]int, past, lo, n int, buf []float32) *
 		// The fused op takes the mask in the query's dtype: converted once
 		// here, not in every layer (0 and float32's minimum stay 0 and a
 		// finite minimum in bfloat16).
+		mask = must(mask.Totype(m.dtype, true))
+	}
+	return mask
+}
+
+// causalBlock is the causal mask of queries [lo, lo+n) over s keys,
+// [1, 1, n, s], in the dtype maskRows gives.
+func (m *Model) causalBlock(lo, n, s int) *ts.Tensor {
+	vals := make([]float32, n*s)
+	neg := float32(-math.MaxFloat32)
+	for r := 0; r < n; r++ {
+		row := vals[r*s : (r+1)*s]
+		for j := range row {
+			if j > lo+r {
+				row[j] = neg
+			}
+		}
+	}
+	mask := must(fromSlice(vals, []int64{1, 1, int64(n), int64(s)}).To(m.device, true))
+	if m.dtype != gotch.Float {
 		mask = must(mask.Totype(m.dtype, true))
 	}
 	return mask
@@ -923,12 +987,23 @@ func backwardAt(out, g *ts.Tensor) {
 }
 
 // attend is softmax(q·kᵀ/√d + mask)·v for q [B, H, T, d], k and v
-// [B, H, S, d] and mask [B, 1, T, S]; it drops nothing it was given. Where
+// [B, H, S, d] and mask [B, 1, T, S] (nil: causal, T = S); it drops
+// nothing it was given. Where
 // libtorch has scaled_dot_product_attention (2.x) it is that fused op
 // (flash attention's CPU kernel, the flash or memory-efficient kernels on
 // CUDA: no score matrix is kept for the backward pass); otherwise
 // (libtorch 1.13) matmul, softmax in float32, matmul.
 func attend(q, k, v, mask *ts.Tensor, headDim int64, dt gotch.DType) *ts.Tensor {
+	if mask == nil { // causal alone (attnMask.causal; only where the fused op exists)
+		out, err := seedops.CausalAttention(q.Ctensor(), k.Ctensor(), v.Ctensor())
+		runtime.KeepAlive(q)
+		runtime.KeepAlive(k)
+		runtime.KeepAlive(v)
+		if err != nil {
+			panic(torchError{fmt.Errorf("%w: %w", ErrTorch, err)})
+		}
+		return ts.FromCtensor(out)
+	}
 	if sdpaAvailable() {
 		m := mask
 		if mask.DType() != dt { // a mask built for another dtype (maskRows converts)

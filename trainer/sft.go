@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"runtime/debug"
 	"sort"
 	"time"
+	"unsafe"
 
 	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/libtch/seedops"
 )
 
 // ErrNonFinite means a loss or gradient was NaN or Inf; the step was refused.
@@ -20,6 +23,18 @@ var ErrNonFinite = errors.New("non-finite loss or gradient")
 // GradNorm is the global L2 norm of the accumulated gradients.
 func (o *Optimizer) GradNorm() (norm float64, err error) {
 	defer guard(&err, "gradient norm")
+	if o.kernel != AdamWGo {
+		params := make([]unsafe.Pointer, len(o.m.params))
+		for i, p := range o.m.params {
+			params[i] = p.t.Ctensor()
+		}
+		norm, err = seedops.GradNorm(params)
+		runtime.KeepAlive(o.m.params)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", ErrTorch, err)
+		}
+		return norm, nil
+	}
 	withoutGrad(func() {
 		sum := 0.0
 		for _, p := range o.m.params {
@@ -55,21 +70,11 @@ func (o *Optimizer) Step(maxNorm float64) (norm float64, err error) {
 		o.m.ZeroGrad()
 		return norm, fmt.Errorf("gradient norm %v: %w", norm, ErrNonFinite)
 	}
+	scale := 1.0
 	if maxNorm > 0 && norm > maxNorm {
-		scale := maxNorm / (norm + 1e-6)
-		withoutGrad(func() {
-			for _, p := range o.m.params {
-				g := must(p.t.Grad(false))
-				if g.MustDefined() {
-					s := mulScalar(g, scale, false)
-					g.Copy_(s)
-					drop(s)
-				}
-				drop(g)
-			}
-		})
+		scale = maxNorm / (norm + 1e-6)
 	}
-	o.adamStep()
+	o.adamStep(scale)
 	o.m.ZeroGrad()
 	if o.owner != nil {
 		if err := o.gatherWeights(); err != nil {

@@ -16,8 +16,13 @@ import (
 // to norm 1), on the model's device and in its precision.
 type StepBench struct {
 	Tokens, Row int
-	// Seconds of each timed step (after one warm-up step).
-	Seconds []float64
+	// Seconds of each timed step (after one warm-up step), and of its
+	// two phases: the loss's forward and backward pass, and the update
+	// (gradient norm, clipping, AdamW). On CUDA the bench waits for the
+	// device between the two, which real steps do not.
+	Seconds, BackwardSeconds, UpdateSeconds []float64
+	// AdamW is the update's kernel (Optimizer.Kernel), "" without one.
+	AdamW string
 	// TokensPerS is Tokens over the median step.
 	TokensPerS float64
 	// FLOPsPerToken is the model FLOPs of one token's forward and backward
@@ -49,6 +54,9 @@ func StepFLOPsPerToken(c *ModelConfig, seq int) float64 {
 // when not nil, applies each step's update.
 func (m *Model) BenchStep(opt *Optimizer, tokens, row, steps int, seed uint64) (StepBench, error) {
 	sb := StepBench{Tokens: tokens, Row: row, Recompute: m.recompute, Update: opt != nil, Attention: AttentionKernel()}
+	if opt != nil {
+		sb.AdamW = opt.Kernel()
+	}
 	if row < 2 || tokens < row || tokens%row != 0 || steps < 1 {
 		return sb, fmt.Errorf("step bench: %d tokens in rows of %d, %d steps: want rows of at least 2 tokens that divide the tokens, and a step", tokens, row, steps)
 	}
@@ -67,34 +75,47 @@ func (m *Model) BenchStep(opt *Optimizer, tokens, row, steps int, seed uint64) (
 		}
 		in.IDs[i], targets[i] = ids[:row], ids[1:]
 	}
-	step := func() (float64, error) {
-		start := time.Now()
-		if _, err := m.NLLBackward(in, targets); err != nil {
-			return 0, fmt.Errorf("step bench: %w", err)
-		}
-		if opt != nil {
-			if _, err := opt.Step(1); err != nil && !errors.Is(err, ErrNonFinite) {
-				return 0, fmt.Errorf("step bench: update: %w", err)
-			}
-		}
+	sync := func() error {
 		if m.device.IsCuda() {
 			if err := ts.CudaSynchronize(); err != nil {
-				return 0, fmt.Errorf("step bench: synchronising CUDA: %w", err)
+				return fmt.Errorf("step bench: synchronising CUDA: %w", err)
 			}
 		}
-		el := time.Since(start).Seconds()
-		m.ZeroGrad()
-		return el, nil
+		return nil
 	}
-	if _, err := step(); err != nil { // warm-up: kernels chosen, caches filled
+	step := func() (backward, update float64, err error) {
+		start := time.Now()
+		if _, err := m.NLLBackward(in, targets); err != nil {
+			return 0, 0, fmt.Errorf("step bench: %w", err)
+		}
+		if err := sync(); err != nil {
+			return 0, 0, err
+		}
+		backward = time.Since(start).Seconds()
+		if opt != nil {
+			start = time.Now()
+			if _, err := opt.Step(1); err != nil && !errors.Is(err, ErrNonFinite) {
+				return 0, 0, fmt.Errorf("step bench: update: %w", err)
+			}
+			if err := sync(); err != nil {
+				return 0, 0, err
+			}
+			update = time.Since(start).Seconds()
+		}
+		m.ZeroGrad()
+		return backward, update, nil
+	}
+	if _, _, err := step(); err != nil { // warm-up: kernels chosen, caches filled
 		return sb, err
 	}
 	for range steps {
-		s, err := step()
+		b, u, err := step()
 		if err != nil {
 			return sb, err
 		}
-		sb.Seconds = append(sb.Seconds, s)
+		sb.Seconds = append(sb.Seconds, b+u)
+		sb.BackwardSeconds = append(sb.BackwardSeconds, b)
+		sb.UpdateSeconds = append(sb.UpdateSeconds, u)
 	}
 	sorted := slices.Sorted(slices.Values(sb.Seconds))
 	sb.TokensPerS = float64(tokens) / sorted[len(sorted)/2]

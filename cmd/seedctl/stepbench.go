@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -24,6 +25,9 @@ type stepbenchResult struct {
 	Recompute     bool                 `json:"recompute"`
 	Attention     string               `json:"attention"`
 	Seconds       []float64            `json:"step_seconds"`
+	Backward      []float64            `json:"backward_seconds"`
+	Update        []float64            `json:"update_seconds"`
+	AdamW         string               `json:"adamw"`
 	TokensPerS    float64              `json:"tokens_per_s"`
 	FLOPsPerToken float64              `json:"flops_per_token"`
 	TFLOPs        float64              `json:"model_tflops_per_s"`
@@ -48,6 +52,7 @@ func stepbenchCommand() *cli.Command {
 			&cli.IntFlag{Name: "steps", Value: 3, Usage: "timed steps after one warm-up step (the median is reported)"},
 			&cli.StringFlag{Name: "recompute", Value: "off", Usage: "on or off: activation recomputation"},
 			&cli.Float64Flag{Name: "peak-tflops", Usage: "the device's peak TFLOP/s at --dtype, for MFU (H100/H200 SXM dense bf16: 989)"},
+			&cli.StringFlag{Name: "adamw", Usage: "the AdamW update's kernel: " + strings.Join(trainer.AdamWKernels, ", ") + " (default: fused where this libtorch has it for the device, else native; go is the per-parameter Go loop, for comparison)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
 		Action: func(c *cli.Context) error {
@@ -89,6 +94,11 @@ func stepbenchCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("model stepbench: "+err.Error(), 1)
 			}
+			if k := c.String("adamw"); k != "" {
+				if err := opt.SetKernel(k); err != nil {
+					return cli.Exit("model stepbench: --adamw: "+err.Error(), 2)
+				}
+			}
 			sb, err := m.BenchStep(opt, c.Int("tokens"), row, c.Int("steps"), 1)
 			if err != nil {
 				return cli.Exit("model stepbench: "+err.Error(), 1)
@@ -96,7 +106,7 @@ func stepbenchCommand() *cli.Command {
 			res := stepbenchResult{
 				Model: name, Params: sb.Plan.Params, DType: m.DType(), Device: c.String("device"),
 				Tokens: sb.Tokens, Row: sb.Row, Recompute: sb.Recompute, Attention: sb.Attention,
-				Seconds: sb.Seconds, TokensPerS: sb.TokensPerS, FLOPsPerToken: sb.FLOPsPerToken,
+				Seconds: sb.Seconds, Backward: sb.BackwardSeconds, Update: sb.UpdateSeconds, AdamW: sb.AdamW, TokensPerS: sb.TokensPerS, FLOPsPerToken: sb.FLOPsPerToken,
 				TFLOPs:   sb.TokensPerS * sb.FLOPsPerToken / 1e12,
 				PlanPeak: sb.Plan.Peak(), PlanResident: sb.Plan.Resident(), Config: m.Config(),
 			}
@@ -116,6 +126,8 @@ func stepbenchCommand() *cli.Command {
 				name, humanCount(res.Params), res.DType, res.Device, res.Tokens, res.Row, onOff(res.Recompute), res.Attention)
 			fmt.Fprintf(w, "  %.0f tokens/s (median step %.3f s of %d), %.2f model TFLOP/s%s\n",
 				res.TokensPerS, float64(res.Tokens)/res.TokensPerS, len(res.Seconds), res.TFLOPs, mfu)
+			fmt.Fprintf(w, "  median forward+backward %.3f s, update %.3f s (AdamW kernel %s)\n",
+				median(res.Backward), median(res.Update), res.AdamW)
 			fmt.Fprintf(w, "  memory plan: resident %s, peak %s (trainer only)\n", trainer.GiB(res.PlanResident), trainer.GiB(res.PlanPeak))
 			if math.IsInf(res.TokensPerS, 0) {
 				return cli.Exit("model stepbench: a step took no time", 1)
@@ -130,4 +142,13 @@ func onOff(b bool) string {
 		return "on"
 	}
 	return "off"
+}
+
+// median is the middle value of xs (0 for none).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	return s[len(s)/2]
 }

@@ -14,10 +14,12 @@
 #   2. per size (default qwen2.5-0.5b,qwen2.5-1.5b): the bfloat16 trainer
 #      step (seedctl model stepbench: tokens/s, MFU) beside PyTorch eager's
 #      same step on the same card (eager_step.py: the ratio), and the peak
-#      GPU memory (nvidia-smi, sampled) beside the memory plan's prediction;
+#      GPU memory (nvidia-smi, sampled) beside the memory plan's prediction,
+#      and the same step with the per-parameter Go AdamW (--adamw go);
 #   3. the embedded server's decode tokens/s at 1 and 64 concurrent requests
 #      (seedctl serve + decode_bench.py);
-#   4. two iterations of `seedctl run` with the tiny household model.
+#   4. two iterations of `seedctl run` with the tiny household model, SEED
+#      then GRPO, and their phase times side by side.
 # --device cpu is the dry run (same folder, same steps; small shapes).
 set -uo pipefail
 
@@ -84,22 +86,34 @@ for size in "${sizes[@]}"; do
   smi_peak "$S" model stepbench --size "$size" --device "$DEVICE" --dtype bfloat16 --tokens "$TOKENS" \
     --steps 3 "${PEAKFLAG[@]}" --json >"$OUT/stepbench-$size.json" || { echo "stepbench $size failed"; continue; }
   seed_peak="$(cat "$OUT/smi-peak" 2>/dev/null || echo 0)"
+  # The same step with the per-parameter Go AdamW loop (the update before
+  # the C++ one), side by side.
+  "$S" model stepbench --size "$size" --device "$DEVICE" --dtype bfloat16 --tokens "$TOKENS" \
+    --steps 3 --adamw go "${PEAKFLAG[@]}" --json >"$OUT/stepbench-$size-go.json" || echo "stepbench $size --adamw go failed"
   "$PY" "$HERE/eager_step.py" "$OUT/stepbench-$size.json" >"$OUT/eager-$size.json" || echo "eager $size failed"
-  "$PY" - "$OUT/stepbench-$size.json" "$OUT/eager-$size.json" "$seed_peak" "$base" <<'EOF'
-import json, sys
+  "$PY" - "$OUT/stepbench-$size.json" "$OUT/eager-$size.json" "$seed_peak" "$base" "$OUT/stepbench-$size-go.json" <<'EOF'
+import json, statistics, sys
 sb = json.load(open(sys.argv[1]))
 try:
     ea = json.load(open(sys.argv[2]))
 except Exception:
     ea = {}
+try:
+    go = json.load(open(sys.argv[5]))
+except Exception:
+    go = {}
 peak_mib, base_mib = float(sys.argv[3] or 0), float(sys.argv[4] or 0)
-line = f"   seedctl {sb['tokens_per_s']:.0f} tokens/s, {sb['model_tflops_per_s']:.1f} TFLOP/s"
-if sb.get("mfu"):
-    line += f", MFU {100 * sb['mfu']:.1f}%"
-line += f" (attention {sb['attention']})"
+med = lambda xs: statistics.median(xs) if xs else 0.0
+for r in ([go] if go else []) + [sb]:
+    line = f"   seedctl (AdamW {r.get('adamw', '?')}) {r['tokens_per_s']:.0f} tokens/s, {r['model_tflops_per_s']:.1f} TFLOP/s"
+    if r.get("mfu"):
+        line += f", MFU {100 * r['mfu']:.1f}%"
+    line += f"; forward+backward {med(r.get('backward_seconds')):.3f} s, update {med(r.get('update_seconds')):.3f} s"
+    if ea.get("tokens_per_s"):
+        line += f"; seedctl/eager {r['tokens_per_s'] / ea['tokens_per_s']:.2f}"
+    print(line)
 if ea.get("tokens_per_s"):
-    line += f"; PyTorch {ea['torch']} eager {ea['tokens_per_s']:.0f} tokens/s: seedctl/eager {sb['tokens_per_s'] / ea['tokens_per_s']:.2f}"
-print(line)
+    print(f"   PyTorch {ea['torch']} eager {ea['tokens_per_s']:.0f} tokens/s (attention here {sb['attention']})")
 plan = sb["plan_peak_bytes"] / 2**30
 if peak_mib:
     used = (peak_mib - base_mib) / 1024
@@ -135,8 +149,26 @@ EOF
 kill "$SERVE" 2>/dev/null; wait "$SERVE" 2>/dev/null
 
 # ---- 4. two iterations of seedctl run --------------------------------------------------
-say "4. seedctl run: two iterations with the tiny household model ($DEVICE)"
-"$S" run --model "$MODEL" --device "$DEVICE" --iterations 2 --eval-episodes 20 --stage1-episodes 32 \
-  --runs-dir "$OUT/runs" --name gpu-check 2>&1 | tail -n 12
+say "4. seedctl run: two iterations of SEED, then of GRPO, with the tiny household model ($DEVICE)"
+for algo in seed grpo; do
+  "$S" run --model "$MODEL" --device "$DEVICE" --algo "$algo" --iterations 2 --eval-episodes 20 --stage1-episodes 32 \
+    --runs-dir "$OUT/runs" --name "gpu-check-$algo" 2>&1 | tail -n 4
+done
+"$PY" - "$OUT/runs" <<'EOF'
+import json, os, sys
+phases = ["rollout_s", "analysis_s", "rescore_s", "update_s", "publish_s", "iteration_s"]
+mean = {}
+for algo in ("seed", "grpo"):
+    path = os.path.join(sys.argv[1], f"gpu-check-{algo}", "metrics.jsonl")
+    try:
+        rows = [json.loads(l)["values"] for l in open(path) if '"kind":"iteration"' in l]
+    except OSError:
+        continue
+    if rows:
+        mean[algo] = {p: sum(r.get(p, 0) for r in rows) / len(rows) for p in phases}
+        print(f"   {algo:>4}: " + ", ".join(f"{p[:-2]} {mean[algo][p]:.2f} s" for p in phases) + f" (mean of {len(rows)} iterations)")
+if len(mean) == 2 and mean["grpo"]["iteration_s"]:
+    print(f"   SEED/GRPO iteration time: {mean['seed']['iteration_s'] / mean['grpo']['iteration_s']:.2f}")
+EOF
 
 say "done in $(( $(date +%s) - START ))s; results in $OUT"
