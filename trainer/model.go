@@ -654,8 +654,9 @@ type attnMask struct {
 }
 
 // causalAttention lets rows that are causal alone skip the mask (tests
-// turn it off to compare).
-var causalAttention = true
+// turn it off to compare; SEEDCTL_CAUSAL=0 does it for a whole process,
+// for benchmarks side by side).
+var causalAttention = os.Getenv("SEEDCTL_CAUSAL") != "0"
 
 // causalRows says whether each row is one non-zero segment from its
 // first position followed by padding (0) alone: the rows of an RL

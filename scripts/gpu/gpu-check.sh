@@ -15,7 +15,7 @@
 #      step (seedctl model stepbench: tokens/s, MFU) beside PyTorch eager's
 #      same step on the same card (eager_step.py: the ratio), and the peak
 #      GPU memory (nvidia-smi, sampled) beside the memory plan's prediction,
-#      and the same step with the per-parameter Go AdamW (--adamw go);
+#      and the same step as before 2026-12-04 (--adamw go, SEEDCTL_CAUSAL=0);
 #   3. the embedded server's decode tokens/s at 1 and 64 concurrent requests
 #      (seedctl serve + decode_bench.py);
 #   4. two iterations of `seedctl run` with the tiny household model, SEED
@@ -86,10 +86,10 @@ for size in "${sizes[@]}"; do
   smi_peak "$S" model stepbench --size "$size" --device "$DEVICE" --dtype bfloat16 --tokens "$TOKENS" \
     --steps 3 "${PEAKFLAG[@]}" --json >"$OUT/stepbench-$size.json" || { echo "stepbench $size failed"; continue; }
   seed_peak="$(cat "$OUT/smi-peak" 2>/dev/null || echo 0)"
-  # The same step with the per-parameter Go AdamW loop (the update before
-  # the C++ one), side by side.
-  "$S" model stepbench --size "$size" --device "$DEVICE" --dtype bfloat16 --tokens "$TOKENS" \
-    --steps 3 --adamw go "${PEAKFLAG[@]}" --json >"$OUT/stepbench-$size-go.json" || echo "stepbench $size --adamw go failed"
+  # The same step as before 2026-12-04, side by side: the per-parameter Go
+  # AdamW loop, and attention with a mask built in Go (no flash kernel).
+  SEEDCTL_CAUSAL=0 "$S" model stepbench --size "$size" --device "$DEVICE" --dtype bfloat16 --tokens "$TOKENS" \
+    --steps 3 --adamw go "${PEAKFLAG[@]}" --json >"$OUT/stepbench-$size-go.json" || echo "stepbench $size (before) failed"
   "$PY" "$HERE/eager_step.py" "$OUT/stepbench-$size.json" >"$OUT/eager-$size.json" || echo "eager $size failed"
   "$PY" - "$OUT/stepbench-$size.json" "$OUT/eager-$size.json" "$seed_peak" "$base" "$OUT/stepbench-$size-go.json" <<'EOF'
 import json, statistics, sys
@@ -105,7 +105,8 @@ except Exception:
 peak_mib, base_mib = float(sys.argv[3] or 0), float(sys.argv[4] or 0)
 med = lambda xs: statistics.median(xs) if xs else 0.0
 for r in ([go] if go else []) + [sb]:
-    line = f"   seedctl (AdamW {r.get('adamw', '?')}) {r['tokens_per_s']:.0f} tokens/s, {r['model_tflops_per_s']:.1f} TFLOP/s"
+    what = "before: Go AdamW, masked attention" if r is go else f"AdamW {r.get('adamw', '?')}, causal attention"
+    line = f"   seedctl ({what}) {r['tokens_per_s']:.0f} tokens/s, {r['model_tflops_per_s']:.1f} TFLOP/s"
     if r.get("mfu"):
         line += f", MFU {100 * r['mfu']:.1f}%"
     line += f"; forward+backward {med(r.get('backward_seconds')):.3f} s, update {med(r.get('update_seconds')):.3f} s"
