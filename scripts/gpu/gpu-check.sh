@@ -8,7 +8,7 @@
 #   ./gpu-check.sh [--python PY] [--device cuda|cpu] [--sizes a,b] [--tokens N]
 #                  [--peak-tflops T] [--out DIR]
 #
-# In one go (meant to take under 8 minutes on one H200; not yet run on one), each step's
+# In one go (under 5 minutes on one H200, 2026-12-04: bench/results/2026-12-04-h200-gpu-check), each step's
 # output in DIR (default ./results-<date>) and a summary at the end:
 #   1. seedctl doctor (its dist line forms a one-rank NCCL group on the GPU);
 #   2. per size (default qwen2.5-0.5b,qwen2.5-1.5b): the bfloat16 trainer
