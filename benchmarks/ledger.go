@@ -1,7 +1,6 @@
 package benchmarks
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -13,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/seedctl/seedctl/internal/ckpthash"
+	"github.com/seedctl/seedctl/internal/jsonl"
 	"github.com/seedctl/seedctl/orchestrator"
 )
 
@@ -71,38 +71,17 @@ func weightsDigest(model string) string {
 // empty. A line torn by a kill (the last) is dropped; any other bad line
 // is an error naming it.
 func readLedger(out string) (map[string]record, error) {
-	path := filepath.Join(out, LedgerFile)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return map[string]record{}, nil
-	}
+	rs, err := jsonl.Read(filepath.Join(out, LedgerFile), func(r record) error {
+		if r.Final == nil || r.Algo == "" {
+			return errors.New("a record without its experiment or final eval")
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("reading the bench ledger: %w", err)
 	}
 	recs := map[string]record{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 1<<20), 1<<28)
-	var lines [][]byte
-	for sc.Scan() {
-		lines = append(lines, append([]byte(nil), sc.Bytes()...))
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	for n, l := range lines {
-		if len(bytes.TrimSpace(l)) == 0 {
-			continue
-		}
-		var r record
-		if err := json.Unmarshal(l, &r); err != nil {
-			if n == len(lines)-1 && !bytes.HasSuffix(b, []byte("\n")) {
-				break // torn by a kill mid-write
-			}
-			return nil, fmt.Errorf("%s line %d: %w", path, n+1, err)
-		}
-		if r.Final == nil || r.Algo == "" {
-			return nil, fmt.Errorf("%s line %d: a record without its experiment or final eval", path, n+1)
-		}
+	for _, r := range rs {
 		recs[r.Name()] = r
 	}
 	return recs, nil

@@ -1,15 +1,14 @@
 package orchestrator
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/seedctl/seedctl/internal/jsonl"
 	"github.com/seedctl/seedctl/internal/tfevents"
 )
 
@@ -133,40 +132,10 @@ type MetricsLine struct {
 	PerFamily map[string]float64 `json:"per_family,omitempty"`
 }
 
-// ReadMetrics reads metrics.jsonl, naming a bad line.
+// ReadMetrics reads metrics.jsonl, naming a bad line; a last line torn by
+// a kill is dropped (internal/jsonl).
 func ReadMetrics(path string) ([]MetricsLine, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var raw [][]byte
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<26)
-	for sc.Scan() {
-		raw = append(raw, append([]byte(nil), sc.Bytes()...))
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	var out []MetricsLine
-	for n, b := range raw {
-		if len(bytes.TrimSpace(b)) == 0 {
-			continue
-		}
-		var m MetricsLine
-		if err := json.Unmarshal(b, &m); err != nil {
-			if n == len(raw)-1 { // a line torn by a kill: its work was not finished
-				break
-			}
-			return nil, fmt.Errorf("%s line %d: %w", path, n+1, err)
-		}
-		out = append(out, m)
-	}
-	return out, nil
+	return jsonl.Read[MetricsLine](path, nil)
 }
 
 // appendMetrics appends lines to metrics.jsonl and syncs.
