@@ -33,7 +33,7 @@ func MeasureRLStep(m *Model, opt *Optimizer, ref *Model, tokens, row int, seed u
 		return mc, fmt.Errorf("memcheck: rows of %d tokens in micro-batches of %d: want 2 ≤ row ≤ tokens", row, tokens)
 	}
 	var err error
-	mc.Plan, err = PlanMemory(MemoryInput{Model: m.cfg, DType: m.DType(), Tokens: tokens, RowTokens: row, Recompute: m.recompute, Reference: ref != nil, Entropy: true})
+	mc.Plan, err = PlanMemory(MemoryInput{Model: m.cfg, DType: m.DType(), Tokens: tokens, RowTokens: row, Recompute: m.recompute, Reference: ref != nil, Entropy: true, FusedAttention: sdpaAvailable(), CUDA: m.device.IsCuda()})
 	if err != nil {
 		return mc, err
 	}

@@ -42,6 +42,17 @@ type MemoryInput struct {
 	// 1: not sharded). Whole parameters are dealt to ranks, so a rank
 	// holds at most 1/N of the elements plus the largest parameter.
 	OptimizerShards int
+	// FusedAttention: attention is libtorch 2.x's
+	// scaled_dot_product_attention (AttentionKernel), whose flash and
+	// memory-efficient kernels keep a float32 log-sum-exp per query and
+	// head for the backward pass, not the probabilities. false plans for
+	// matmul and softmax written out (libtorch 1.13), which keeps them: an
+	// upper bound for either build.
+	FusedAttention bool
+	// CUDA: the step runs on a GPU, whose process also holds the CUDA
+	// context, cuBLAS's workspaces and the caching allocator's slack
+	// (cudaOverhead in place of memOverhead).
+	CUDA bool
 }
 
 // MemoryPlan is the predicted peak, in bytes, by part.
@@ -94,6 +105,14 @@ func (p MemoryPlan) Peak() int64 {
 // allocator and kernels, the Go runtime), about 0.4 GiB; on a GPU the CUDA
 // context takes about as much.
 const memOverhead = 512 << 20
+
+// cudaOverhead is the same on a GPU: the CUDA context, cuBLAS's
+// workspaces and the caching allocator's rounding and slack. On one H200
+// (torch 2.11, 2026-12-04: bench/results/2026-12-04-h200-gpu-check)
+// nvidia-smi's peak for the bfloat16 step at 4,096 tokens exceeded the
+// tensors the plan counts by 1.8 GiB at Qwen2.5-0.5B's shape and 2.0 GiB
+// at 1.5B's.
+const cudaOverhead = 2 << 30
 
 // logitsCopies is how many float32 [tokens, vocabulary] tensors exist at
 // the peak: the log-softmax autograd keeps and the gradient flowing into
@@ -148,6 +167,9 @@ func PlanMemory(in MemoryInput) (MemoryPlan, error) {
 		p.Reference = p.Params * w
 	}
 	p.Overhead = memOverhead
+	if in.CUDA {
+		p.Overhead = cudaOverhead
+	}
 
 	T := int64(in.Tokens)
 	L := int64(in.RowTokens)
@@ -176,9 +198,12 @@ func PlanMemory(in MemoryInput) (MemoryPlan, error) {
 		scoreBytes += 2
 	}
 	perTokAttn := nH * L * scoreBytes
+	if in.FusedAttention {
+		perTokAttn = nH * 4 // the log-sum-exp per head
+	}
 	layers := int64(c.NumHiddenLayers)
 	if in.Recompute {
-		if n := attentionChunk; n > 0 && L > n {
+		if n := attentionChunk; n > 0 && L > n && !in.FusedAttention {
 			// The rebuilt layer's attention runs a block of n queries at a
 			// time (block.recomputeBackward): one block's probabilities
 			// (float32, and the bfloat16 copy) with their gradients and the

@@ -54,6 +54,21 @@ func TestPlanMemory(t *testing.T) {
 	if l.Attention != 2*f32.Attention {
 		t.Errorf("attention %d at rows of 64, %d at 32: want double", l.Attention, f32.Attention)
 	}
+	// The fused kernel keeps a log-sum-exp per query and head, whatever
+	// the row: attention stops growing with it, and the rest is the same.
+	fu := long
+	fu.FusedAttention = true
+	fp, _ := PlanMemory(fu)
+	if want := int64(c.NumHiddenLayers) * 64 * int64(c.NumAttentionHeads) * 4; fp.Attention != want || fp.Activations-fp.Attention != l.Activations-l.Attention {
+		t.Errorf("fused attention %d (activations %d), want %d and the rest as unfused (%d)", fp.Attention, fp.Activations, want, l.Activations-l.Attention)
+	}
+	// On a GPU the process's overhead is the CUDA context's and the
+	// caching allocator's.
+	cu := base
+	cu.CUDA = true
+	if cp, _ := PlanMemory(cu); cp.Overhead != cudaOverhead || cp.Peak()-f32.Peak() != cudaOverhead-memOverhead {
+		t.Errorf("CUDA overhead %d, peak %d vs %d on CPU", cp.Overhead, cp.Peak(), f32.Peak())
+	}
 	for _, bad := range []MemoryInput{{Model: c}, {Model: c, Tokens: 8, DType: "fp8"}, {Tokens: 8}} {
 		if _, err := PlanMemory(bad); err == nil {
 			t.Errorf("%+v accepted", bad)

@@ -61,7 +61,7 @@ func (m *Model) BenchStep(opt *Optimizer, tokens, row, steps int, seed uint64) (
 		return sb, fmt.Errorf("step bench: %d tokens in rows of %d, %d steps: want rows of at least 2 tokens that divide the tokens, and a step", tokens, row, steps)
 	}
 	var err error
-	if sb.Plan, err = PlanMemory(MemoryInput{Model: m.cfg, DType: m.DType(), Tokens: tokens, RowTokens: row, Recompute: m.recompute}); err != nil {
+	if sb.Plan, err = PlanMemory(MemoryInput{Model: m.cfg, DType: m.DType(), Tokens: tokens, RowTokens: row, Recompute: m.recompute, FusedAttention: sdpaAvailable(), CUDA: m.device.IsCuda()}); err != nil {
 		return sb, err
 	}
 	sb.FLOPsPerToken = StepFLOPsPerToken(m.cfg, row)
