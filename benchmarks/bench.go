@@ -292,9 +292,11 @@ func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, pro
 	exps := spec.Experiments()
 	var outs []Outcome
 	// The base policy's evaluation is the same for every experiment of the
-	// grid (same model, tasks and greedy decoding): measured by the first,
-	// reused by the rest (orchestrator.Deps.BaseEval checks the settings).
-	var baseEval *orchestrator.BaseEval
+	// grid with the same eval prompts (same model, tasks and greedy
+	// decoding; with the places line in an order per episode, the same
+	// seed): measured by the first of each BaseEvalKey, reused by the rest
+	// (orchestrator.Deps.BaseEval checks the key).
+	baseEvals := map[string]*orchestrator.BaseEval{}
 	ledger, err := readLedger(out)
 	if err != nil {
 		return nil, err
@@ -303,7 +305,8 @@ func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, pro
 	for i, e := range exps {
 		o := Outcome{Experiment: e, Dir: filepath.Join(runs, e.Name())}
 		d := deps
-		d.BaseEval = baseEval
+		key := spec.config(e, runs).BaseEvalKey()
+		d.BaseEval = baseEvals[key]
 		st, err := readState(o.Dir)
 		if rec, ok := ledger[e.Name()]; ok && errors.Is(err, os.ErrNotExist) {
 			if sameModel(rec.Model, rec.Weights, spec.Base.Model, weights) {
@@ -340,8 +343,8 @@ func Run(ctx context.Context, spec Spec, out string, deps orchestrator.Deps, pro
 		if err != nil {
 			return outs, err
 		}
-		if baseEval == nil {
-			if baseEval, err = orchestrator.ReadBaseEval(o.Dir); err != nil {
+		if baseEvals[key] == nil {
+			if baseEvals[key], err = orchestrator.ReadBaseEval(o.Dir); err != nil {
 				return outs, err
 			}
 		}

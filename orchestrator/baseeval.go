@@ -39,16 +39,26 @@ type baseEvalInputs struct {
 	PlacesLine string `json:"places_line,omitempty"`
 	// PlacesOrder likewise ("" and "room" are the same prompts).
 	PlacesOrder string `json:"places_order,omitempty"`
+	// EvalSeed keys the places line's order per episode (places order
+	// "episode"): under another seed the base model reads other prompts.
+	// Left out for the other orders, where greedy evaluation does not
+	// depend on it.
+	EvalSeed int64 `json:"eval_seed,omitempty"`
 }
 
 // BaseEvalKey identifies what the base evaluation of a run with this config
 // measures: the base model, the environment with its options and step
-// limit, the backend, the number of eval tasks and the prompt layout. Seed,
-// algorithm, data share, sampling temperature and every training setting
-// are left out (evaluation decodes greedily).
+// limit, the backend, the number of eval tasks and the prompt layout, and
+// the eval seed where it orders the places line per episode. Algorithm,
+// data share, sampling temperature and every training setting are left
+// out (evaluation decodes greedily), as is the seed otherwise.
 func (c Config) BaseEvalKey() string {
-	b, _ := json.Marshal(baseEvalInputs{Model: c.Model, Env: c.Env, Backend: c.Backend, Episodes: c.Eval.Episodes,
-		Mode: c.Rollout.Mode, Window: c.Rollout.Window, MaxTokens: c.Rollout.MaxTokens, PlacesLine: c.Rollout.PlacesLine, PlacesOrder: placesOrderKey(c.Rollout.PlacesOrder)})
+	in := baseEvalInputs{Model: c.Model, Env: c.Env, Backend: c.Backend, Episodes: c.Eval.Episodes,
+		Mode: c.Rollout.Mode, Window: c.Rollout.Window, MaxTokens: c.Rollout.MaxTokens, PlacesLine: c.Rollout.PlacesLine, PlacesOrder: placesOrderKey(c.Rollout.PlacesOrder)}
+	if c.Rollout.PlacesOrder == rollout.PlacesOrderEpisode {
+		in.EvalSeed = c.evalRolloutConfig().Seed
+	}
+	b, _ := json.Marshal(in)
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:8])
 }

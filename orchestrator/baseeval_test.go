@@ -5,10 +5,13 @@ import (
 	"testing"
 
 	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/rollout"
 )
 
 func TestBaseEvalKeyNamesWhatTheEvalDependsOn(t *testing.T) {
 	base := validConfig()
+	base.Rollout.PlacesOrder = rollout.PlacesOrderRoom // the seed does not change the prompts
 	same := map[string]func(*Config){
 		"seed":        func(c *Config) { c.Seed = 7 },
 		"algo":        func(c *Config) { c.Algo = AlgoGRPO },
@@ -26,6 +29,20 @@ func TestBaseEvalKeyNamesWhatTheEvalDependsOn(t *testing.T) {
 		"window":        func(c *Config) { c.Rollout.Window++ },
 		"max tokens":    func(c *Config) { c.Rollout.MaxTokens++ },
 		"backend":       func(c *Config) { c.Backend.Kind = "vllm" },
+	}
+	// With the places line in an order per episode, the eval seed picks
+	// the orders: the base model reads other prompts under another seed.
+	episode := base
+	episode.Rollout.PlacesOrder = rollout.PlacesOrderEpisode
+	for name, change := range map[string]func(*Config){
+		"seed":      func(c *Config) { c.Seed = 7 },
+		"eval seed": func(c *Config) { c.Eval.Seed = 9 },
+	} {
+		c := episode
+		change(&c)
+		if c.BaseEvalKey() == episode.BaseEvalKey() {
+			t.Errorf("places order per episode: changing the %s kept the base-eval key", name)
+		}
 	}
 	for name, change := range same {
 		c := base

@@ -300,6 +300,9 @@ func TestBenchQuickGridResumes(t *testing.T) {
 	base.Iterations = 1
 	spec := benchmarks.Quick(base)
 	spec.Shares = []float64{0.5}
+	// Two seeds: with the places line in an order per episode (the
+	// default), each seed's eval prompts differ, and so does its base eval.
+	spec.Seeds = []int64{1, 2}
 	out := t.TempDir()
 	spec.Budget = time.Nanosecond
 	outs, err := benchmarks.Run(context.Background(), spec, out, tinyDeps(), io.Discard, zerolog.Nop())
@@ -327,16 +330,16 @@ func TestBenchQuickGridResumes(t *testing.T) {
 	if outs, err = benchmarks.Run(context.Background(), spec, out, tinyDeps(), io.Discard, zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
-	if len(outs) != 3 {
-		t.Fatalf("%d outcomes, want 3 (GRPO and SEED at 100%%, SEED at 50%%)", len(outs))
+	if len(outs) != 6 {
+		t.Fatalf("%d outcomes, want 6 (GRPO and SEED at 100%%, SEED at 50%%, two seeds)", len(outs))
 	}
 	md, err := os.ReadFile(filepath.Join(out, "results.md"))
 	if err != nil || !strings.Contains(string(md), "## T2 sample efficiency") {
 		t.Fatalf("results.md: %v\n%s", err, md)
 	}
-	// The base policy is evaluated once, by the first experiment; the
-	// others take its figures and its iteration-0 metrics lines.
-	first := filepath.Join(out, "runs", "grpo-share100-seed1")
+	// The base policy is evaluated once per seed (its eval prompts), by
+	// the seed's first experiment; the others take its figures and its
+	// iteration-0 metrics lines.
 	state := func(name string) orchestrator.State {
 		var st orchestrator.State
 		b, err := os.ReadFile(filepath.Join(out, "runs", name, "state.json"))
@@ -348,14 +351,19 @@ func TestBenchQuickGridResumes(t *testing.T) {
 		}
 		return st
 	}
-	if st := state("grpo-share100-seed1"); st.BaseEvalFrom != "" {
-		t.Errorf("the first experiment reused a base eval from %s", st.BaseEvalFrom)
+	for _, seed := range []string{"seed1", "seed2"} {
+		first := filepath.Join(out, "runs", "grpo-share100-"+seed)
+		if st := state("grpo-share100-" + seed); st.BaseEvalFrom != "" {
+			t.Errorf("the first experiment of %s reused a base eval from %s", seed, st.BaseEvalFrom)
+		}
+		for _, name := range []string{"seed-share100-" + seed, "seed-share050-" + seed} {
+			st := state(name)
+			if st.BaseEvalFrom != first || !reflect.DeepEqual(*st.BaseEval, *state("grpo-share100-"+seed).BaseEval) {
+				t.Errorf("%s: base eval from %q = %+v, want its seed's first experiment's", name, st.BaseEvalFrom, st.BaseEval)
+			}
+		}
 	}
 	for _, name := range []string{"seed-share100-seed1", "seed-share050-seed1"} {
-		st := state(name)
-		if st.BaseEvalFrom != first || !reflect.DeepEqual(*st.BaseEval, *state("grpo-share100-seed1").BaseEval) {
-			t.Errorf("%s: base eval from %q = %+v, want the first experiment's", name, st.BaseEvalFrom, st.BaseEval)
-		}
 		lines, err := orchestrator.ReadMetrics(filepath.Join(out, "runs", name, "metrics.jsonl"))
 		if err != nil {
 			t.Fatal(err)
