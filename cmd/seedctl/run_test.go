@@ -358,7 +358,7 @@ func TestBenchQuickGridResumes(t *testing.T) {
 		}
 		for _, name := range []string{"seed-share100-" + seed, "seed-share050-" + seed} {
 			st := state(name)
-			if st.BaseEvalFrom != first || !reflect.DeepEqual(*st.BaseEval, *state("grpo-share100-"+seed).BaseEval) {
+			if st.BaseEvalFrom != first || !reflect.DeepEqual(*st.BaseEval, *state("grpo-share100-" + seed).BaseEval) {
 				t.Errorf("%s: base eval from %q = %+v, want its seed's first experiment's", name, st.BaseEvalFrom, st.BaseEval)
 			}
 		}
