@@ -114,6 +114,7 @@ func TestWrongFlagsNameTheFlagAndAFix(t *testing.T) {
 		{[]string{"run", "--runs-dir", runs, "--model", dir, "--group", "1"}, []string{"group_size 1", "(set by --group)"}},
 		{[]string{"run", "--runs-dir", runs, "--model", dir, "--lr", "-1"}, []string{"lr", "(set by --lr)"}},
 		{[]string{"run", "--runs-dir", runs, "--model", dir, "--data-share", "2"}, []string{"data_share 2", "(set by --data-share)"}},
+		{[]string{"run", "--runs-dir", runs, "--model", dir, "--train-tasks", "-1"}, []string{"train_tasks -1", "(set by --train-tasks)"}},
 		{[]string{"run", "--runs-dir", runs, "--model", dir, "--algo", "ppo"}, []string{`algo "ppo"`, "grpo", "(set by --algo)"}},
 		{[]string{"eval", "--model", file}, []string{"--model " + file, "a file, not a checkpoint folder"}},
 		{[]string{"serve", "--model", t.TempDir()}, []string{"--model", "no config.json there"}},

@@ -141,7 +141,8 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "iterations", Usage: "stage-2 iterations"},
 			&cli.IntFlag{Name: "tasks", Usage: "tasks per iteration (B)"},
 			&cli.IntFlag{Name: "group", Usage: "trajectories per task (G)"},
-			&cli.Float64Flag{Name: "data-share", Usage: "share of training tasks used, in (0, 1]"},
+			&cli.Float64Flag{Name: "data-share", Usage: "share of the training set used, in (0, 1]: of --train-tasks when set, else of the whole train split (where a short run rarely repeats a task)"},
+			&cli.IntFlag{Name: "train-tasks", Usage: "the training set: this many tasks of the seeded shuffle of the train split (0: all of it); bench sets it to what a full run consumes, iterations × tasks"},
 			&cli.Int64Flag{Name: "seed"},
 			&cli.IntFlag{Name: "eval-episodes", Usage: "tasks per eval split"},
 			&cli.IntFlag{Name: "eval-every", Usage: "evaluate every this many iterations too (0: at the start and the end only)"},
@@ -245,6 +246,9 @@ func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) error {
 	}
 	if v := c.Float64("data-share"); c.IsSet("data-share") {
 		cfg.DataShare = v
+	}
+	if v := c.Int("train-tasks"); c.IsSet("train-tasks") {
+		cfg.TrainTasks = v
 	}
 	if c.IsSet("seed") {
 		cfg.Seed = c.Int64("seed")
