@@ -90,30 +90,8 @@ func TestChunkedAttentionBackward(t *testing.T) {
 	defer func() { attentionChunk, useSDPA = saved, fused }()
 	useSDPA = false // the blocks are the path without the fused op
 	in := packedInput()
-	targets := nextTokenTargets(in)
-	for _, arch := range []Arch{ArchQwen2, ArchQwen3, ArchLlama} {
-		m, _ := newTiny(t, arch, 43)
-		wholeLoss, err := m.NLLBackward(in, targets)
-		if err != nil {
-			t.Fatal(err)
-		}
-		whole := gradValues(m)
-		m.ZeroGrad()
-		m.SetRecompute(true)
-		for _, chunk := range []int64{16, 37} {
-			attentionChunk = chunk
-			loss, err := m.NLLBackward(in, targets)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := gradValues(m)
-			m.ZeroGrad()
-			if rel, ok := compareGrads(whole, got); !ok || rel > 1e-5 || math.Abs(loss-wholeLoss) > 1e-6 {
-				t.Errorf("%s, blocks of %d queries: gradients differ by %.3g of the largest (same parameters: %v), loss %v vs %v", arch, chunk, rel, ok, loss, wholeLoss)
-			}
-		}
-		m.Close()
-	}
+	checkAttentionPath(t, "fused attention", []Arch{ArchQwen2, ArchQwen3, ArchLlama}, 47, in, nextTokenTargets(in),
+		func(on bool) { useSDPA = on }, nil)
 }
 
 // TestChunkedAttentionMemory: the peak memory of a forward pass without a
@@ -345,10 +323,21 @@ func TestCausalAttentionMatchesMasked(t *testing.T) {
 		Segments: [][]int{{1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 0, 0, 0}},
 	}
 	targets := [][]int{{17, 3, 88, 41, 9, 60, -1}, {7, 12, 30, -1, -1, -1, -1}}
-	for _, arch := range []Arch{ArchQwen2, ArchLlama} {
-		m, _ := newTiny(t, arch, 48)
-		run := func(causal, recompute bool) ([][][]float32, map[string][]float64, float64) {
-			causalAttention = causal
+	checkAttentionPath(t, "causal attention", []Arch{ArchQwen2, ArchLlama}, 48, in, targets,
+		func(on bool) { causalAttention = on },
+		func(logits [][][]float32) { logits[1] = logits[1][:4] }) // the padding's outputs are unspecified
+}
+
+// checkAttentionPath compares an attention path that set(true) turns on
+// against set(false), for each architecture (a tiny model from seed): the
+// logits (trimmed by trim, when given) and an NLL step's loss and
+// gradients agree, with and without recomputation.
+func checkAttentionPath(t *testing.T, what string, archs []Arch, seed uint64, in Input, targets [][]int, set func(on bool), trim func([][][]float32)) {
+	t.Helper()
+	for _, arch := range archs {
+		m, _ := newTiny(t, arch, seed)
+		run := func(on, recompute bool) ([][][]float32, map[string][]float64, float64) {
+			set(on)
 			m.SetRecompute(recompute)
 			logits, err := m.Logits(in)
 			if err != nil {
@@ -360,17 +349,19 @@ func TestCausalAttentionMatchesMasked(t *testing.T) {
 			}
 			g := gradValues(m)
 			m.ZeroGrad()
-			logits[1] = logits[1][:4] // the padding's outputs are unspecified
+			if trim != nil {
+				trim(logits)
+			}
 			return logits, g, loss
 		}
 		wantLogits, wantGrads, wantLoss := run(false, false)
 		for _, rec := range []bool{false, true} {
 			logits, grads, loss := run(true, rec)
 			if d := maxAbsDiff(wantLogits, logits); d > 1e-5 {
-				t.Errorf("%s (recompute %v): causal attention's logits differ by %g", arch, rec, d)
+				t.Errorf("%s (recompute %v): %s's logits differ by %g", arch, rec, what, d)
 			}
 			if rel, ok := compareGrads(wantGrads, grads); !ok || rel > 1e-5 || math.Abs(loss-wantLoss) > 1e-5 {
-				t.Errorf("%s (recompute %v): causal attention's gradients differ by %.3g of the largest (same parameters: %v), loss %v vs %v", arch, rec, rel, ok, loss, wantLoss)
+				t.Errorf("%s (recompute %v): %s's gradients differ by %.3g of the largest (same parameters: %v), loss %v vs %v", arch, rec, what, rel, ok, loss, wantLoss)
 			}
 		}
 		m.Close()
