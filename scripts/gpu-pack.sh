@@ -60,7 +60,7 @@ TREE="$ROOT/.build/gpu-pack-tree"
 rm -rf "$OUT"
 mkdir -p "$OUT"
 mv "$TREE/seedctl.packed" "$OUT/seedctl"
-cp scripts/gpu/gpu-check.sh scripts/gpu/eager_step.py scripts/gpu/decode_bench.py "$OUT/"
+cp scripts/gpu/gpu-check.sh scripts/gpu/eager_step.py scripts/gpu/decode_bench.py scripts/gpu/trace_summary.py "$OUT/"
 cp -r "$MODEL" "$OUT/household-tiny"
 sed -n "s/^__version__ = '\(.*\)'/\1/p" "$PKG/torch/version.py" >"$OUT/torch-version"
 cat >"$OUT/README.txt" <<EOF

@@ -21,7 +21,7 @@ import (
 const OptimizerStateFile = "optimizer.safetensors"
 
 // Optimizer is AdamW over a model's parameters (decoupled weight decay, bias
-// correction, the same update as torch.seedops.AdamW), with gradient-norm
+// correction, the same update as torch.optim.AdamW), with gradient-norm
 // clipping, a refusal of non-finite steps, and state that can be saved and
 // restored so a resumed run continues exactly.
 type Optimizer struct {
@@ -46,7 +46,7 @@ type Optimizer struct {
 	kernel string
 }
 
-// How an AdamW update runs. All three compute torch.seedops.AdamW's update
+// How an AdamW update runs. All three compute torch.optim.AdamW's update
 // (they agree to float32 rounding; adamw_test.go checks it).
 const (
 	// AdamWFused is libtorch's fused AdamW kernel (_fused_adamw_: CUDA

@@ -53,6 +53,13 @@ func StepFLOPsPerToken(c *ModelConfig, seq int) float64 {
 // tokens in rows of row (one sequence per row, next-token targets); opt,
 // when not nil, applies each step's update.
 func (m *Model) BenchStep(opt *Optimizer, tokens, row, steps int, seed uint64) (StepBench, error) {
+	return m.BenchStepProfiled(opt, tokens, row, steps, seed, "")
+}
+
+// BenchStepProfiled is BenchStep, then, when profile is not "", one more
+// step under libtorch's profiler (Model.Profile), its Chrome trace written
+// to profile. The timed steps run without the profiler.
+func (m *Model) BenchStepProfiled(opt *Optimizer, tokens, row, steps int, seed uint64, profile string) (StepBench, error) {
 	sb := StepBench{Tokens: tokens, Row: row, Recompute: m.recompute, Update: opt != nil, Attention: AttentionKernel()}
 	if opt != nil {
 		sb.AdamW = opt.Kernel()
@@ -119,5 +126,10 @@ func (m *Model) BenchStep(opt *Optimizer, tokens, row, steps int, seed uint64) (
 	}
 	sorted := slices.Sorted(slices.Values(sb.Seconds))
 	sb.TokensPerS = float64(tokens) / sorted[len(sorted)/2]
+	if profile != "" {
+		if err := m.Profile(profile, func() error { _, _, err := step(); return err }); err != nil {
+			return sb, fmt.Errorf("step bench: %w", err)
+		}
+	}
 	return sb, nil
 }

@@ -53,6 +53,7 @@ func stepbenchCommand() *cli.Command {
 			&cli.StringFlag{Name: "recompute", Value: "off", Usage: "on or off: activation recomputation"},
 			&cli.Float64Flag{Name: "peak-tflops", Usage: "the device's peak TFLOP/s at --dtype, for MFU (H100/H200 SXM dense bf16: 989)"},
 			&cli.StringFlag{Name: "adamw", Usage: "the AdamW update's kernel: " + strings.Join(trainer.AdamWKernels, ", ") + " (default: fused where this libtorch has it for the device, else native; go is the per-parameter Go loop, for comparison)"},
+			&cli.StringFlag{Name: "profile", Usage: "after the timed steps, run one more under libtorch's profiler and write its Chrome trace (JSON) to this file (needs a libtorch with Kineto: PyPI's torch, not Debian's)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
 		Action: func(c *cli.Context) error {
@@ -99,7 +100,7 @@ func stepbenchCommand() *cli.Command {
 					return cli.Exit("model stepbench: --adamw: "+err.Error(), 2)
 				}
 			}
-			sb, err := m.BenchStep(opt, c.Int("tokens"), row, c.Int("steps"), 1)
+			sb, err := m.BenchStepProfiled(opt, c.Int("tokens"), row, c.Int("steps"), 1, c.String("profile"))
 			if err != nil {
 				return cli.Exit("model stepbench: "+err.Error(), 1)
 			}

@@ -19,7 +19,9 @@ them.
 
 Prints one JSON object: tokens_per_s (tokens over the median step),
 step_seconds, peak_memory_bytes (torch.cuda.max_memory_allocated on CUDA),
-torch.
+torch. --profile FILE runs one more step under torch.profiler after the
+timed ones and writes its Chrome trace there, of the same kind as
+`seedctl model stepbench --profile` (trace_summary.py compares the two).
 """
 import argparse
 import json
@@ -106,6 +108,7 @@ def main():
     ap.add_argument("stepbench_json", help="the output of seedctl model stepbench --json")
     ap.add_argument("--device", help="default: the stepbench's")
     ap.add_argument("--steps", type=int, default=0, help="timed steps (default: the stepbench's)")
+    ap.add_argument("--profile", help="write a Chrome trace of one more step (torch.profiler) to this file")
     a = ap.parse_args()
     sb = json.load(open(a.stepbench_json))
     cfg = sb["config"]
@@ -157,6 +160,18 @@ def main():
            "device": str(device), "threads": torch.get_num_threads()}
     if device.type == "cuda":
         out["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
+    if a.profile:
+        try:
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if device.type == "cuda":
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            with torch.profiler.profile(activities=acts) as prof:
+                step()
+                sync()
+            prof.export_chrome_trace(a.profile)
+            out["profile"] = a.profile
+        except Exception as e:  # the timing stands without the trace
+            out["profile_error"] = f"{type(e).__name__}: {e}"
     json.dump(out, sys.stdout)
     print()
 

@@ -6,7 +6,7 @@
 # time against the torch found here.
 #
 #   ./gpu-check.sh [--python PY] [--device cuda|cpu] [--sizes a,b] [--tokens N]
-#                  [--peak-tflops T] [--out DIR]
+#                  [--peak-tflops T] [--out DIR] [--parts 1,2,3,4] [--profile]
 #
 # In one go (under 5 minutes on one H200, 2026-12-04: bench/results/2026-12-04-h200-gpu-check), each step's
 # output in DIR (default ./results-<date>) and a summary at the end:
@@ -20,6 +20,11 @@
 #      (seedctl serve + decode_bench.py);
 #   4. two iterations of `seedctl run` with the tiny household model, SEED
 #      then GRPO, and their phase times side by side.
+# --parts runs only the parts listed. --profile also profiles one step of
+# each size, seedctl's and eager's (libtorch's profiler, Chrome traces
+# stepbench-SIZE.trace.json and eager-SIZE.trace.json) and compares them
+# (trace_summary.py: kernel time by kind, GPU idle time, host waits); it
+# leaves out the "before" step of part 2.
 # --device cpu is the dry run (same folder, same steps; small shapes).
 set -uo pipefail
 
@@ -30,6 +35,8 @@ SIZES=qwen2.5-0.5b,qwen2.5-1.5b
 TOKENS=4096
 PEAK="" # default: 989 on CUDA (H100/H200 SXM, dense bfloat16 TFLOP/s), none on CPU
 OUT=""
+PARTS=1,2,3,4
+PROFILE=0
 while (($#)); do
   case "$1" in
     --python) PY="$2"; shift 2 ;;
@@ -38,7 +45,9 @@ while (($#)); do
     --tokens) TOKENS="$2"; shift 2 ;;
     --peak-tflops) PEAK="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --parts) PARTS="$2"; shift 2 ;;
+    --profile) PROFILE=1; shift ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -49,6 +58,7 @@ PEAKFLAG=()
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu-check.log") 2>&1
 say() { echo "== $*"; }
+part() { [[ ",$PARTS," == *",$1,"* ]]; }
 START=$(date +%s)
 
 # ---- the torch here supplies libtorch -------------------------------------------
@@ -63,8 +73,10 @@ S="$HERE/seedctl"
 MODEL="$HERE/household-tiny"
 
 # ---- 1. doctor -----------------------------------------------------------------
+if part 1; then
 say "1. seedctl doctor"
 "$S" doctor --matmul-time 500ms | tee "$OUT/doctor.txt"
+fi
 
 # ---- 2. trainer step vs PyTorch eager, memory vs plan ------------------------------------
 smi_peak() { # runs "$@" while sampling nvidia-smi; prints the peak MiB used
@@ -79,18 +91,30 @@ smi_peak() { # runs "$@" while sampling nvidia-smi; prints the peak MiB used
   return $rc
 }
 IFS=, read -r -a sizes <<<"$SIZES"
+part 2 || sizes=()
 for size in "${sizes[@]}"; do
   say "2. trainer step at $size: seedctl, then PyTorch eager ($TOKENS tokens, bfloat16, $DEVICE)"
   base="$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -n1 || echo 0)"
   rm -f "$OUT/smi-peak"
+  PROF=() EPROF=()
+  if ((PROFILE)); then PROF=(--profile "$OUT/stepbench-$size.trace.json"); EPROF=(--profile "$OUT/eager-$size.trace.json"); fi
   smi_peak "$S" model stepbench --size "$size" --device "$DEVICE" --dtype bfloat16 --tokens "$TOKENS" \
-    --steps 3 "${PEAKFLAG[@]}" --json >"$OUT/stepbench-$size.json" || { echo "stepbench $size failed"; continue; }
+    --steps 3 "${PEAKFLAG[@]}" "${PROF[@]}" --json >"$OUT/stepbench-$size.json" || { echo "stepbench $size failed"; continue; }
   seed_peak="$(cat "$OUT/smi-peak" 2>/dev/null || echo 0)"
   # The same step as before 2026-12-04, side by side: the per-parameter Go
   # AdamW loop, and attention with a mask built in Go (no flash kernel).
-  SEEDCTL_CAUSAL=0 "$S" model stepbench --size "$size" --device "$DEVICE" --dtype bfloat16 --tokens "$TOKENS" \
+  rm -f "$OUT/stepbench-$size-go.json"
+  ((PROFILE)) || SEEDCTL_CAUSAL=0 "$S" model stepbench --size "$size" --device "$DEVICE" --dtype bfloat16 --tokens "$TOKENS" \
     --steps 3 --adamw go "${PEAKFLAG[@]}" --json >"$OUT/stepbench-$size-go.json" || echo "stepbench $size (before) failed"
-  "$PY" "$HERE/eager_step.py" "$OUT/stepbench-$size.json" >"$OUT/eager-$size.json" || echo "eager $size failed"
+  "$PY" "$HERE/eager_step.py" "$OUT/stepbench-$size.json" "${EPROF[@]}" >"$OUT/eager-$size.json" || echo "eager $size failed"
+  if ((PROFILE)); then
+    if [[ -f "$OUT/stepbench-$size.trace.json" && -f "$OUT/eager-$size.trace.json" ]]; then
+      "$PY" "$HERE/trace_summary.py" "$OUT/stepbench-$size.trace.json" "$OUT/eager-$size.trace.json" \
+        --labels seedctl,eager --json "$OUT/trace-summary-$size.json" | tee "$OUT/trace-summary-$size.txt"
+    else
+      echo "   profile $size: a trace is missing ($(grep -o '"profile_error": "[^"]*"' "$OUT/eager-$size.json" || true))"
+    fi
+  fi
   "$PY" - "$OUT/stepbench-$size.json" "$OUT/eager-$size.json" "$seed_peak" "$base" "$OUT/stepbench-$size-go.json" <<'EOF'
 import json, statistics, sys
 sb = json.load(open(sys.argv[1]))
@@ -127,6 +151,7 @@ EOF
 done
 
 # ---- 3. embedded server decode -----------------------------------------------------
+if part 3; then
 say "3. embedded server decode tokens/s at 1 and 64 concurrent requests ($DEVICE)"
 PORT=18437
 "$S" serve --model "$MODEL" --device "$DEVICE" --addr "127.0.0.1:$PORT" --served-model-name tiny >"$OUT/serve.log" 2>&1 &
@@ -148,8 +173,10 @@ if "speedup" in r:
     print(f"   64 vs 1: {r['speedup']:.1f}x tokens/s")
 EOF
 kill "$SERVE" 2>/dev/null; wait "$SERVE" 2>/dev/null
+fi
 
 # ---- 4. two iterations of seedctl run --------------------------------------------------
+if part 4; then
 say "4. seedctl run: two iterations of SEED, then of GRPO, with the tiny household model ($DEVICE)"
 for algo in seed grpo; do
   "$S" run --model "$MODEL" --device "$DEVICE" --algo "$algo" --iterations 2 --eval-episodes 20 --stage1-episodes 32 \
@@ -171,5 +198,6 @@ for algo in ("seed", "grpo"):
 if len(mean) == 2 and mean["grpo"]["iteration_s"]:
     print(f"   SEED/GRPO iteration time: {mean['seed']['iteration_s'] / mean['grpo']['iteration_s']:.2f}")
 EOF
+fi
 
 say "done in $(( $(date +%s) - START ))s; results in $OUT"

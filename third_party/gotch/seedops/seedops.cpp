@@ -17,6 +17,11 @@
 #if __has_include(<ATen/ops/scaled_dot_product_attention.h>)
 #define SEEDCTL_SDPA 1
 #endif
+#if __has_include(<torch/csrc/autograd/profiler_kineto.h>)
+#include <set>
+#include <torch/csrc/autograd/profiler_kineto.h>
+#define SEEDCTL_PROFILER 1
+#endif
 #if __has_include(<ATen/ops/_fused_adamw_cpu_dispatch.h>)
 #define SEEDCTL_FUSED_ADAMW_CPU 1
 #endif
@@ -24,6 +29,12 @@
 namespace {
 void set_err(char **err, const std::string &msg) {
   if (err) *err = strdup(msg.c_str());
+}
+
+// An exception's message without libtorch's C++ backtrace.
+std::string msg(const std::exception &e) {
+  if (auto *c = dynamic_cast<const c10::Error *>(&e)) return c->what_without_backtrace();
+  return e.what();
 }
 
 at::Tensor *T(seed_tensor t) { return static_cast<at::Tensor *>(t); }
@@ -68,7 +79,7 @@ int seed_optim_grad_norm(seed_tensor *params, int n, double *norm, char **err) {
     *norm = at::stack(norms).to(at::kDouble).square().sum().sqrt().item<double>();
     return 0;
   } catch (const std::exception &e) {
-    set_err(err, std::string("gradient norm: ") + e.what());
+    set_err(err, std::string("gradient norm: ") + msg(e));
     return -1;
   }
 }
@@ -129,7 +140,7 @@ int seed_optim_adamw(seed_tensor *params, seed_tensor *master, seed_tensor *exp,
     return -1;
 #endif
   } catch (const std::exception &e) {
-    set_err(err, std::string("AdamW update: ") + e.what());
+    set_err(err, std::string("AdamW update: ") + msg(e));
     return -1;
   }
 }
@@ -140,11 +151,51 @@ int seed_sdpa_causal(seed_tensor q, seed_tensor k, seed_tensor v, seed_tensor *o
     *out = new at::Tensor(at::scaled_dot_product_attention(*T(q), *T(k), *T(v), std::nullopt, 0.0, true));
     return 0;
   } catch (const std::exception &e) {
-    set_err(err, std::string("causal attention: ") + e.what());
+    set_err(err, std::string("causal attention: ") + msg(e));
     return -1;
   }
 #else
   set_err(err, "causal attention: this libtorch has no scaled_dot_product_attention (libtorch 2.0 and later)");
+  return -1;
+#endif
+}
+
+int seed_profile_start(int cuda, char **err) {
+#if defined(SEEDCTL_PROFILER)
+  try {
+    using torch::profiler::impl::ActivityType;
+    torch::profiler::impl::ProfilerConfig cfg(torch::profiler::impl::ProfilerState::KINETO);
+    std::set<ActivityType> acts{ActivityType::CPU};
+    if (cuda) acts.insert(ActivityType::CUDA);
+    torch::autograd::profiler::prepareProfiler(cfg, acts);
+    torch::autograd::profiler::enableProfiler(cfg, acts);
+    return 0;
+  } catch (const std::exception &e) {
+    set_err(err, std::string("starting the profiler: ") + msg(e));
+    return -1;
+  }
+#else
+  set_err(err, "starting the profiler: this libtorch has no profiler headers");
+  return -1;
+#endif
+}
+
+int seed_profile_stop(const char *path, char **err) {
+#if defined(SEEDCTL_PROFILER)
+  try {
+    auto result = torch::autograd::profiler::disableProfiler();
+    if (!result) {
+      set_err(err, "stopping the profiler: it was not running");
+      return -1;
+    }
+    result->save(path);
+    return 0;
+  } catch (const std::exception &e) {
+    set_err(err, std::string("writing the profiler's trace to ") + path + ": " + msg(e));
+    return -1;
+  }
+#else
+  set_err(err, "stopping the profiler: this libtorch has no profiler headers");
   return -1;
 #endif
 }

@@ -89,3 +89,29 @@ func CausalAttention(q, k, v unsafe.Pointer) (unsafe.Pointer, error) {
 	}
 	return unsafe.Pointer(out), nil
 }
+
+// ProfileStart starts libtorch's profiler (Kineto) on the calling OS
+// thread: CPU ops, and CUDA kernels when cuda. The caller must hold the
+// thread (runtime.LockOSThread) until ProfileStop.
+func ProfileStart(cuda bool) error {
+	c := 0
+	if cuda {
+		c = 1
+	}
+	var cerr *C.char
+	if C.seed_profile_start(C.int(c), &cerr) != 0 {
+		return opsErr(cerr)
+	}
+	return nil
+}
+
+// ProfileStop stops the profiler and writes its Chrome trace to path.
+func ProfileStop(path string) error {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var cerr *C.char
+	if C.seed_profile_stop(cpath, &cerr) != 0 {
+		return opsErr(cerr)
+	}
+	return nil
+}

@@ -11,6 +11,10 @@
 // from 2.4) the update is that kernel over chunks of parameters; elsewhere
 // a C++ loop of in-place ops (torch.optim.AdamW's single-tensor update).
 //
+// The profiler: libtorch's own (Kineto), the one torch.profiler drives,
+// so that a step of seedctl's and PyTorch eager's same step give traces of
+// the same kind (Chrome trace JSON: CPU ops and, on CUDA, kernels).
+//
 // Causal attention without a mask: gotch's wrapper of
 // scaled_dot_product_attention hands an absent mask over as an undefined
 // tensor inside the optional, which libtorch 2.x refuses.
@@ -53,6 +57,17 @@ int seed_optim_adamw(seed_tensor *params, seed_tensor *master, seed_tensor *exp,
 // *out is a new tensor handle (delete it with gotch's at_free). Returns 0,
 // or -1 with *err (libtorch 1.x has no such op).
 int seed_sdpa_causal(seed_tensor q, seed_tensor k, seed_tensor v, seed_tensor *out, char **err);
+
+// Starts libtorch's profiler on the calling thread (and the autograd
+// threads it hands work to): CPU ops, and CUDA kernels and copies when
+// cuda. The caller keeps its work on this thread (Go: LockOSThread) until
+// seed_profile_stop. Returns 0, or -1 with *err.
+int seed_profile_start(int cuda, char **err);
+
+// Stops the profiler started by seed_profile_start and writes its Chrome
+// trace to path. Returns 0, or -1 with *err (libtorch built without
+// Kineto cannot write one).
+int seed_profile_stop(const char *path, char **err);
 
 #ifdef __cplusplus
 }
