@@ -367,3 +367,54 @@ func checkAttentionPath(t *testing.T, what string, archs []Arch, seed uint64, in
 		m.Close()
 	}
 }
+
+// TestGroupedAttentionMatchesRepeated: grouped-query attention without
+// repeating the keys and values (attendGrouped) gives the logits and the
+// gradients of attention on repeated ones — packed rows with padding,
+// whole and in blocks of three queries, with and without recomputation —
+// and the same logits when decoding from a cache (one query against the
+// cached keys, sequences of different lengths batched).
+func TestGroupedAttentionMatchesRepeated(t *testing.T) {
+	defer func(grouped, fused bool, chunk int64) { useGrouped, useSDPA, attentionChunk = grouped, fused, chunk }(useGrouped, useSDPA, attentionChunk)
+	useSDPA = false // the grouped form is the matmul path's
+	in := packedInput()
+	for _, chunk := range []int64{512, 3} {
+		attentionChunk = chunk
+		checkAttentionPath(t, fmt.Sprintf("grouped attention (blocks of %d)", chunk), []Arch{ArchQwen2, ArchQwen3, ArchLlama}, 49, in, nextTokenTargets(in),
+			func(on bool) { useGrouped = on }, nil)
+	}
+	m, _ := newTiny(t, ArchQwen2, 50)
+	defer m.Close()
+	if m.cfg.NumAttentionHeads == m.cfg.NumKeyValueHeads {
+		t.Fatal("the tiny model has as many key/value heads as query heads: nothing is grouped")
+	}
+	decode := func(on bool) [][]float32 {
+		useGrouped = on
+		prompts := [][]int{{5, 9, 2}, {1, 2, 3, 4, 5, 6, 7}}
+		caches := make([]*SeqCache, len(prompts))
+		for i, p := range prompts {
+			caches[i] = m.NewSeqCache()
+			if _, err := m.Extend(caches[i], p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out [][]float32
+		next := []int{11, 12}
+		for range 3 {
+			logits, err := m.DecodeBatch(caches, next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, logits...)
+			next = []int{argmax(logits[0]), argmax(logits[1])}
+		}
+		for _, c := range caches {
+			c.Free()
+		}
+		return out
+	}
+	want, got := decode(false), decode(true)
+	if d := maxAbsDiff([][][]float32{want}, [][][]float32{got}); d > 1e-5 {
+		t.Errorf("decoding: grouped attention's logits differ from repeated keys' by %g", d)
+	}
+}

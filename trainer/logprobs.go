@@ -80,8 +80,7 @@ func (m *Model) Logits(in Input) (out [][][]float32, err error) {
 		l := m.forward(in, nil)
 		f := must(l.Totype(gotch.Float, true))
 		sz := f.MustSize()
-		vals := make([]float32, f.Numel())
-		must0(f.CopyData(vals, f.Numel()))
+		vals := toSlice[float32](f)
 		drop(f)
 		b, t, v := int(sz[0]), int(sz[1]), int(sz[2])
 		out = make([][][]float32, b)
@@ -96,11 +95,10 @@ func (m *Model) Logits(in Input) (out [][][]float32, err error) {
 }
 
 func rows2D(x *ts.Tensor) [][]float32 {
-	f := must(must(x.Totype(gotch.Float, false)).To(gotch.CPU, true))
+	f := must(x.Totype(gotch.Float, false))
 	defer drop(f)
 	sz := f.MustSize()
-	vals := make([]float32, f.Numel())
-	must0(f.CopyData(vals, f.Numel()))
+	vals := toSlice[float32](f)
 	b, t := int(sz[0]), int(sz[1])
 	out := make([][]float32, b)
 	for i := range out {

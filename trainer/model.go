@@ -840,13 +840,17 @@ func (l *block) forward(x, cos, sin *ts.Tensor, mask *attnMask, kv kvStore, li i
 	if kv != nil {
 		k, v = kv.extend(li, k, v)
 	}
-	kr, vr := l.repeat(k, v)
-	attn := attention(q, kr, vr, mask, l.headDim, x.DType(), chunk)
-	drop(q)
-	if kr != k {
-		drop(kr, vr)
+	var attn *ts.Tensor
+	if groupedAttention() {
+		attn = attention(q, k, v, mask, l.headDim, x.DType(), chunk, l.nHeads/l.nKV)
+	} else {
+		kr, vr := l.repeat(k, v)
+		attn = attention(q, kr, vr, mask, l.headDim, x.DType(), chunk, 0)
+		if kr != k {
+			drop(kr, vr)
+		}
 	}
-	drop(k, v)
+	drop(q, k, v)
 	return l.finish(x, attn, eps)
 }
 
@@ -904,19 +908,28 @@ func (l *block) finish(x, attn *ts.Tensor, eps float64) *ts.Tensor {
 }
 
 // attention is softmax(q·kᵀ/√d + mask)·v for q [B, H, T, hd] and k, v
-// [B, H, S, hd], in blocks of chunk queries when chunk > 0 (the mask's
-// rows built a block at a time); it drops nothing it was given.
-func attention(q, k, v *ts.Tensor, mask *attnMask, headDim int64, dt gotch.DType, chunk int64) *ts.Tensor {
+// [B, H, S, hd] (rep 0: attend), or k, v [B, H/rep, S, hd] with query head
+// h reading key/value head h/rep (rep ≥ 1: attendGrouped, only where
+// groupedAttention says so), in blocks of chunk queries when chunk > 0
+// (the mask's rows built a block at a time); it drops nothing it was
+// given.
+func attention(q, k, v *ts.Tensor, mask *attnMask, headDim int64, dt gotch.DType, chunk, rep int64) *ts.Tensor {
+	att := func(q, k, v, m *ts.Tensor) *ts.Tensor {
+		if rep > 0 {
+			return attendGrouped(q, k, v, m, headDim, dt, rep)
+		}
+		return attend(q, k, v, m, headDim, dt)
+	}
 	t := q.MustSize()[2]
 	if chunk <= 0 || t <= chunk {
-		return attend(q, k, v, mask.all(), headDim, dt)
+		return att(q, k, v, mask.all())
 	}
 	var parts []*ts.Tensor
 	for s := int64(0); s < t; s += chunk {
 		n := min(chunk, t-s)
 		qb := must(q.Narrow(2, s, n, false))
 		mb := mask.rows(s, n)
-		parts = append(parts, attend(qb, k, v, mb, headDim, dt))
+		parts = append(parts, att(qb, k, v, mb))
 		drop(qb, mb)
 	}
 	out := must(ts.Cat(parts, 2))
@@ -945,7 +958,7 @@ func (l *block) recomputeBackward(x, g, cos, sin *ts.Tensor, mask *attnMask, eps
 	}
 	qL, kL, vL := leaf(q), leaf(kr), leaf(vr)
 	var attn *ts.Tensor
-	withoutGrad(func() { attn = attention(qL, kL, vL, mask, l.headDim, dt, chunk) })
+	withoutGrad(func() { attn = attention(qL, kL, vL, mask, l.headDim, dt, chunk, 0) })
 	aL := leaf(attn)
 	drop(attn)
 	backwardAt(l.finish(must(x.ShallowClone()), must(aL.ShallowClone()), eps), g)
@@ -1029,6 +1042,69 @@ func attendMatmul(q, k, v, mask *ts.Tensor, headDim int64, dt gotch.DType) *ts.T
 	probs := must(must(scoresF.Softmax(-1, gotch.Float, true)).Totype(dt, true))
 	return must(probs.Matmul(v, true))
 }
+
+// attendGrouped is attendMatmul for grouped-query attention without
+// repeating the keys and values: q [B, H, T, d] is viewed as [B, H/rep,
+// rep·T, d] (query head h = kv·rep + r reads key/value head kv, as
+// repeatKV's order), so each key/value head meets its rep query heads in
+// one matmul against k and v [B, H/rep, S, d] as they are; the mask
+// [B|1, 1, T, S] broadcasts over the rep query heads. repeatKV copied the
+// whole cache (both halves, every layer) at each decode step; here only q
+// is reshaped. Same values as attendMatmul on repeated k and v.
+//
+// One query per row (a decode step) is products and sums instead: as
+// matmuls, the B·H/rep products of [rep, d]·[d, S] were that many tiny
+// GEMM calls (libtorch 1.13's CPU bmm calls BLAS once per matrix), which
+// cost more than their arithmetic; as elementwise products summed over d
+// (then over S) each is one vectorised kernel over the whole batch.
+func attendGrouped(q, k, v, mask *ts.Tensor, headDim int64, dt gotch.DType, rep int64) *ts.Tensor {
+	qs := q.MustSize()
+	b, h, t, d := qs[0], qs[1], qs[2], qs[3]
+	kvh, s := h/rep, k.MustSize()[2]
+	if t == 1 {
+		return attendOneQuery(q, k, v, mask, headDim, dt, b, kvh, rep, d)
+	}
+	qg := must(q.Reshape([]int64{b, kvh, rep * t, d}, false))
+	kt := must(k.Transpose(2, 3, false))
+	scores := mulScalar(must(qg.Matmul(kt, false)), 1/math.Sqrt(float64(headDim)), true)
+	drop(qg, kt)
+	scoresF := must(must(scores.Totype(gotch.Float, true)).View([]int64{b, kvh, rep, t, s}, true))
+	m5 := must(mask.Unsqueeze(2, false))
+	scoresF = must(scoresF.Add(m5, true))
+	drop(m5)
+	probs := must(must(scoresF.Softmax(-1, gotch.Float, true)).Totype(dt, true))
+	probs = must(probs.View([]int64{b, kvh, rep * t, s}, true))
+	out := must(probs.Matmul(v, true))
+	return must(out.View([]int64{b, h, t, d}, true))
+}
+
+// attendOneQuery is attendGrouped for one query per row: q [B, H, 1, d],
+// k and v [B, H/rep, S, d], mask [B|1, 1, 1, S].
+func attendOneQuery(q, k, v, mask *ts.Tensor, headDim int64, dt gotch.DType, b, kvh, rep, d int64) *ts.Tensor {
+	qg := must(q.View([]int64{b, kvh, rep, 1, d}, false))
+	k5 := must(k.Unsqueeze(2, false)) // [B, H/rep, 1, S, d]
+	prod := must(qg.Mul(k5, false))
+	drop(qg, k5)
+	scores := mulScalar(must(prod.SumDimIntlist([]int64{-1}, false, dt, true)), 1/math.Sqrt(float64(headDim)), true) // [B, H/rep, rep, S]
+	scoresF := must(must(scores.Totype(gotch.Float, true)).Add(mask, true))
+	probs := must(must(scoresF.Softmax(-1, gotch.Float, true)).Totype(dt, true))
+	p5 := must(probs.Unsqueeze(-1, true)) // [B, H/rep, rep, S, 1]
+	v5 := must(v.Unsqueeze(2, false))     // [B, H/rep, 1, S, d]
+	out := must(p5.Mul(v5, true))
+	drop(v5)
+	out = must(out.SumDimIntlist([]int64{-2}, false, dt, true)) // [B, H/rep, rep, d]
+	return must(out.View([]int64{b, kvh * rep, 1, d}, true))
+}
+
+// groupedAttention says whether layers with fewer key/value heads than
+// query heads attend with attendGrouped: where attention is matmul and
+// softmax (libtorch 1.13, or the fused op turned off). The fused op takes
+// repeated keys and values (gotch's wrapper has no enable_gqa), and its
+// causal form has no mask to broadcast. useGrouped turns it off (tests
+// compare both; SEEDCTL_GQA=0 for a whole process).
+func groupedAttention() bool { return useGrouped && !sdpaAvailable() }
+
+var useGrouped = os.Getenv("SEEDCTL_GQA") != "0"
 
 // useSDPA turns the fused attention off where libtorch has it (tests
 // compare both; SEEDCTL_SDPA=0 does it for a whole process).

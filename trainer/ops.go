@@ -167,6 +167,37 @@ func fromSlice[T float32 | int64 | float64](vals []T, shape []int64) *ts.Tensor 
 	return t
 }
 
+// toSlice copies x's values (its dtype must be T's: Float, Int64 or
+// Double) to a new Go slice, in x's logical order, with one memcpy from a
+// contiguous CPU copy; x is kept. gotch's CopyData checks its destination
+// element by element through reflection (an allocation each): 4 ms for a
+// decode step's 64 × 1,295 logits, a fifth of the step.
+func toSlice[T float32 | int64 | float64](x *ts.Tensor) []T {
+	var want gotch.DType
+	var zero T
+	switch any(zero).(type) {
+	case float32:
+		want = gotch.Float
+	case int64:
+		want = gotch.Int64
+	case float64:
+		want = gotch.Double
+	}
+	if x.DType() != want {
+		panic(torchError{fmt.Errorf("toSlice: a %v tensor read as %v", x.DType(), want)})
+	}
+	c := must(must(x.To(gotch.CPU, false)).Contiguous(true))
+	defer drop(c)
+	n := c.Numel()
+	out := make([]T, n)
+	if n > 0 {
+		p, err := c.DataPtr()
+		must0(err)
+		copy(out, unsafe.Slice((*T)(p), n))
+	}
+	return out
+}
+
 // pinThread keeps the calling goroutine on its OS thread until the returned
 // function runs. A training step whose libtorch calls move between OS
 // threads midway is not bit-reproducible (measured: 1–3 distinct gradients

@@ -721,11 +721,9 @@ func (m *Model) headChunk(leaf *ts.Tensor, lo, c int, ids []int64, keep []float3
 // values1D reads a 1-D tensor's values as float32 (detached).
 func values1D(x *ts.Tensor) []float32 {
 	d := must(x.Detach(false))
-	f := must(must(d.Totype(gotch.Float, true)).To(gotch.CPU, true))
+	f := must(d.Totype(gotch.Float, true))
 	defer drop(f)
-	out := make([]float32, f.Numel())
-	must0(f.CopyData(out, f.Numel()))
-	return out
+	return toSlice[float32](f)
 }
 
 // Rescore returns, for each sequence, log p(ids[k] | ids[:k]) at every
