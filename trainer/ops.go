@@ -145,16 +145,7 @@ func quiesceGC() {
 // memcpy; gotch's OfSlice encodes element by element through reflection,
 // which dominated step time for attention masks of long sequences.
 func fromSlice[T float32 | int64 | float64](vals []T, shape []int64) *ts.Tensor {
-	var dt gotch.DType
-	var zero T
-	switch any(zero).(type) {
-	case float32:
-		dt = gotch.Float
-	case int64:
-		dt = gotch.Int64
-	case float64:
-		dt = gotch.Double
-	}
+	dt := dtypeOf[T]()
 	if numel(shape) != int64(len(vals)) {
 		panic(torchError{fmt.Errorf("fromSlice: %d values for shape %v", len(vals), shape)})
 	}
@@ -167,22 +158,25 @@ func fromSlice[T float32 | int64 | float64](vals []T, shape []int64) *ts.Tensor 
 	return t
 }
 
+// dtypeOf is the libtorch dtype of a Go element type.
+func dtypeOf[T float32 | int64 | float64]() gotch.DType {
+	var zero T
+	switch any(zero).(type) {
+	case int64:
+		return gotch.Int64
+	case float64:
+		return gotch.Double
+	}
+	return gotch.Float
+}
+
 // toSlice copies x's values (its dtype must be T's: Float, Int64 or
 // Double) to a new Go slice, in x's logical order, with one memcpy from a
 // contiguous CPU copy; x is kept. gotch's CopyData checks its destination
 // element by element through reflection (an allocation each): 4 ms for a
 // decode step's 64 × 1,295 logits, a fifth of the step.
 func toSlice[T float32 | int64 | float64](x *ts.Tensor) []T {
-	var want gotch.DType
-	var zero T
-	switch any(zero).(type) {
-	case float32:
-		want = gotch.Float
-	case int64:
-		want = gotch.Int64
-	case float64:
-		want = gotch.Double
-	}
+	want := dtypeOf[T]()
 	if x.DType() != want {
 		panic(torchError{fmt.Errorf("toSlice: a %v tensor read as %v", x.DType(), want)})
 	}
