@@ -162,17 +162,8 @@ func tensorFromBytes(b []byte, stDType string, shape []int64) *ts.Tensor {
 // tensorBytes returns t's data as little-endian bytes of stDType.
 func tensorBytes(t *ts.Tensor, stDType string) []byte {
 	c := must(t.Totype(stToGotch[stDType], false))
-	c = must(c.To(gotch.CPU, true))
-	c = must(c.Contiguous(true))
 	defer drop(c)
-	n := int(c.Numel()) * int(stDTypeSize[stDType])
-	out := make([]byte, n)
-	if n > 0 {
-		p, err := c.DataPtr()
-		must0(err)
-		copy(out, unsafe.Slice((*byte)(p), n))
-	}
-	return out
+	return hostCopy[byte](c)
 }
 
 // InitRandom builds a model with freshly initialised weights: normal with

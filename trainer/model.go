@@ -460,10 +460,11 @@ func (m *Model) runTo(flat []int64, pos []float32, b, t int64, mask *attnMask, k
 		chunk = attentionChunk
 	}
 
+	grouped := groupedAttention(grad)
 	x := must(ts.Embedding(m.embed, ids, -1, false, false))
 	drop(ids)
 	for li := range m.layers {
-		x = m.layers[li].forward(x, cos, sin, mask, kv, li, m.cfg.RMSNormEps, chunk)
+		x = m.layers[li].forward(x, cos, sin, mask, kv, li, m.cfg.RMSNormEps, chunk, grouped)
 	}
 	hN := rmsNorm(x, m.norm, m.cfg.RMSNormEps)
 	drop(x)
@@ -546,10 +547,11 @@ func (m *Model) runRecomputed(ids, cos, sin *ts.Tensor, mask *attnMask, head boo
 	// A mask of its own, built again when the backward pass needs it.
 	r := &recomputed{ids: ids, cos: cos, sin: sin, mask: &attnMask{m: m, qSegs: mask.qSegs, kSegs: mask.kSegs, past: mask.past}}
 	withoutGrad(func() {
+		grouped := groupedAttention(false)
 		x := must(ts.Embedding(m.embed, ids, -1, false, false))
 		for li := range m.layers {
 			r.inputs = append(r.inputs, must(x.ShallowClone()))
-			x = m.layers[li].forward(x, cos, sin, r.mask, nil, li, m.cfg.RMSNormEps, attentionChunk)
+			x = m.layers[li].forward(x, cos, sin, r.mask, nil, li, m.cfg.RMSNormEps, attentionChunk, grouped)
 		}
 		r.last = x
 	})
@@ -591,7 +593,7 @@ func (m *Model) afterBackward() {
 		if t := x.MustSize()[1]; attentionChunk > 0 && t > attentionChunk && !sdpaAvailable() {
 			m.layers[li].recomputeBackward(x, g, r.cos, r.sin, r.mask, m.cfg.RMSNormEps, attentionChunk)
 		} else {
-			backwardAt(m.layers[li].forward(must(x.ShallowClone()), r.cos, r.sin, r.mask, nil, li, m.cfg.RMSNormEps, 0), g)
+			backwardAt(m.layers[li].forward(must(x.ShallowClone()), r.cos, r.sin, r.mask, nil, li, m.cfg.RMSNormEps, 0, groupedAttention(true)), g)
 		}
 		drop(g)
 		gx := must(x.Grad(false))
@@ -834,18 +836,20 @@ func repeatKV(x *ts.Tensor, rep int64) *ts.Tensor {
 var attentionChunk int64 = 512
 
 // forward runs one decoder layer; x is consumed. chunk > 0 computes
-// attention in blocks of that many queries.
-func (l *block) forward(x, cos, sin *ts.Tensor, mask *attnMask, kv kvStore, li int, eps float64, chunk int64) *ts.Tensor {
+// attention in blocks of that many queries; grouped (groupedAttention)
+// attends with the keys and values as cached instead of repeated per
+// query head.
+func (l *block) forward(x, cos, sin *ts.Tensor, mask *attnMask, kv kvStore, li int, eps float64, chunk int64, grouped bool) *ts.Tensor {
 	q, k, v := l.qkv(x, cos, sin, eps)
 	if kv != nil {
 		k, v = kv.extend(li, k, v)
 	}
 	var attn *ts.Tensor
-	if groupedAttention() {
-		attn = attention(q, k, v, mask, l.headDim, x.DType(), chunk, l.nHeads/l.nKV)
+	if grouped {
+		attn = attention(q, k, v, mask, l.headDim, x.DType(), chunk, true)
 	} else {
 		kr, vr := l.repeat(k, v)
-		attn = attention(q, kr, vr, mask, l.headDim, x.DType(), chunk, 0)
+		attn = attention(q, kr, vr, mask, l.headDim, x.DType(), chunk, false)
 		if kr != k {
 			drop(kr, vr)
 		}
@@ -908,15 +912,15 @@ func (l *block) finish(x, attn *ts.Tensor, eps float64) *ts.Tensor {
 }
 
 // attention is softmax(q·kᵀ/√d + mask)·v for q [B, H, T, hd] and k, v
-// [B, H, S, hd] (rep 0: attend), or k, v [B, H/rep, S, hd] with query head
-// h reading key/value head h/rep (rep ≥ 1: attendGrouped, only where
+// [B, H, S, hd] (attend), or, grouped, k, v [B, H/rep, S, hd] with query
+// head h reading key/value head h/rep (attendGrouped, only where
 // groupedAttention says so), in blocks of chunk queries when chunk > 0
 // (the mask's rows built a block at a time); it drops nothing it was
 // given.
-func attention(q, k, v *ts.Tensor, mask *attnMask, headDim int64, dt gotch.DType, chunk, rep int64) *ts.Tensor {
+func attention(q, k, v *ts.Tensor, mask *attnMask, headDim int64, dt gotch.DType, chunk int64, grouped bool) *ts.Tensor {
 	att := func(q, k, v, m *ts.Tensor) *ts.Tensor {
-		if rep > 0 {
-			return attendGrouped(q, k, v, m, headDim, dt, rep)
+		if grouped {
+			return attendGrouped(q, k, v, m, headDim, dt, q.MustSize()[1]/k.MustSize()[1])
 		}
 		return attend(q, k, v, m, headDim, dt)
 	}
@@ -958,7 +962,7 @@ func (l *block) recomputeBackward(x, g, cos, sin *ts.Tensor, mask *attnMask, eps
 	}
 	qL, kL, vL := leaf(q), leaf(kr), leaf(vr)
 	var attn *ts.Tensor
-	withoutGrad(func() { attn = attention(qL, kL, vL, mask, l.headDim, dt, chunk, 0) })
+	withoutGrad(func() { attn = attention(qL, kL, vL, mask, l.headDim, dt, chunk, false) })
 	aL := leaf(attn)
 	drop(attn)
 	backwardAt(l.finish(must(x.ShallowClone()), must(aL.ShallowClone()), eps), g)
@@ -1096,10 +1100,11 @@ func attendOneQuery(q, k, v, mask *ts.Tensor, headDim int64, dt gotch.DType, b, 
 	return must(out.View([]int64{b, kvh * rep, 1, d}, true))
 }
 
-// groupedAttention says whether layers attend with attendGrouped (keys
-// and values as cached, not repeated per query head): in forward passes
-// without a graph (decoding, prefill, scoring) where attention is matmul
-// and softmax (libtorch 1.13, or the fused op turned off). The fused op
+// groupedAttention says whether the layers of a forward pass attend with
+// attendGrouped (keys and values as cached, not repeated per query head),
+// given whether the pass builds a graph (grad, read once per pass): in
+// passes without one (decoding, prefill, scoring) where attention is
+// matmul and softmax (libtorch 1.13, or the fused op turned off). The fused op
 // takes repeated keys and values (gotch's wrapper has no enable_gqa), and
 // its causal form has no mask to broadcast. Training keeps the repeated
 // form: it gained nothing measurable from the grouped one (0.97–1.04× in
@@ -1109,7 +1114,7 @@ func attendOneQuery(q, k, v, mask *ts.Tensor, headDim int64, dt gotch.DType, b, 
 // logits and gradients agree to 1e-5 in every test; the cause is not
 // found, so it stays out of training. useGrouped turns it off (tests
 // compare both; SEEDCTL_GQA=0 for a whole process).
-func groupedAttention() bool { return useGrouped && !sdpaAvailable() && !gradEnabled() }
+func groupedAttention(grad bool) bool { return useGrouped && !grad && !sdpaAvailable() }
 
 var useGrouped = os.Getenv("SEEDCTL_GQA") != "0"
 

@@ -171,18 +171,26 @@ func dtypeOf[T float32 | int64 | float64]() gotch.DType {
 }
 
 // toSlice copies x's values (its dtype must be T's: Float, Int64 or
-// Double) to a new Go slice, in x's logical order, with one memcpy from a
-// contiguous CPU copy; x is kept. gotch's CopyData checks its destination
-// element by element through reflection (an allocation each): 4 ms for a
-// decode step's 64 × 1,295 logits, a fifth of the step.
+// Double) to a new Go slice, in x's logical order; x is kept. gotch's
+// CopyData checks its destination element by element through reflection
+// (an allocation each): 4 ms for a decode step's 64 × 1,295 logits, a
+// fifth of the step.
 func toSlice[T float32 | int64 | float64](x *ts.Tensor) []T {
 	want := dtypeOf[T]()
 	if x.DType() != want {
 		panic(torchError{fmt.Errorf("toSlice: a %v tensor read as %v", x.DType(), want)})
 	}
+	return hostCopy[T](x)
+}
+
+// hostCopy copies x's data, in its logical order, into a new slice of T
+// with one memcpy from a contiguous CPU copy; x is kept. T's size must
+// divide the data's (toSlice: x's own element type; tensorBytes: bytes).
+func hostCopy[T any](x *ts.Tensor) []T {
 	c := must(must(x.To(gotch.CPU, false)).Contiguous(true))
 	defer drop(c)
-	n := c.Numel()
+	var zero T
+	n := int(c.Numel()) * int(c.DType().Size()) / int(unsafe.Sizeof(zero))
 	out := make([]T, n)
 	if n > 0 {
 		p, err := c.DataPtr()
