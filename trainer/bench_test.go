@@ -45,6 +45,25 @@ func randomLMBatch(vocab, batch, seq int) (Input, [][]int) {
 	return in, targets
 }
 
+// sideBySide times variants of one piece of work in one run: each once as
+// a warm-up, then b.N rounds of each in turn, so the machine's drift falls
+// on all alike; it returns each variant's total time over the rounds.
+func sideBySide(b *testing.B, variants ...func() time.Duration) []time.Duration {
+	b.Helper()
+	for _, v := range variants {
+		v()
+	}
+	took := make([]time.Duration, len(variants))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for k, v := range variants {
+			took[k] += v()
+		}
+	}
+	b.StopTimer()
+	return took
+}
+
 func BenchmarkTrainStep(b *testing.B) {
 	const batch, seq = 8, 128
 	cfg := benchConfig()
@@ -247,15 +266,8 @@ func BenchmarkRecompute(b *testing.B) {
 		m.ZeroGrad()
 		return time.Since(start)
 	}
-	step(false)
-	step(true) // warm-up
-	var plain, rec time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		plain += step(false)
-		rec += step(true)
-	}
-	b.StopTimer()
+	took := sideBySide(b, func() time.Duration { return step(false) }, func() time.Duration { return step(true) })
+	plain, rec := took[0], took[1]
 	b.ReportMetric(float64(b.N*batch*seq)/plain.Seconds(), "tokens/s")
 	b.ReportMetric(float64(b.N*batch*seq)/rec.Seconds(), "recompute-tokens/s")
 	b.ReportMetric(rec.Seconds()/plain.Seconds(), "recompute-ratio")
@@ -287,15 +299,8 @@ func BenchmarkChunkedAttention(b *testing.B) {
 		m.ZeroGrad()
 		return time.Since(start)
 	}
-	step(0)
-	step(512) // warm-up
-	var whole, chunked time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		whole += step(0)
-		chunked += step(512)
-	}
-	b.StopTimer()
+	took := sideBySide(b, func() time.Duration { return step(0) }, func() time.Duration { return step(512) })
+	whole, chunked := took[0], took[1]
 	b.ReportMetric(float64(b.N*batch*seq)/whole.Seconds(), "whole-tokens/s")
 	b.ReportMetric(float64(b.N*batch*seq)/chunked.Seconds(), "chunked-tokens/s")
 	b.ReportMetric(chunked.Seconds()/whole.Seconds(), "chunked-ratio")
@@ -333,15 +338,8 @@ func BenchmarkBF16Step(b *testing.B) {
 		}
 		return time.Since(start)
 	}
-	step(0)
-	step(1) // warm-up
-	var f32, bf16 time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		f32 += step(0)
-		bf16 += step(1)
-	}
-	b.StopTimer()
+	took := sideBySide(b, func() time.Duration { return step(0) }, func() time.Duration { return step(1) })
+	f32, bf16 := took[0], took[1]
 	b.ReportMetric(float64(b.N*batch*seq)/f32.Seconds(), "fp32-tokens/s")
 	b.ReportMetric(float64(b.N*batch*seq)/bf16.Seconds(), "bf16-tokens/s")
 	b.ReportMetric(bf16.Seconds()/f32.Seconds(), "bf16-time-ratio")
@@ -371,15 +369,8 @@ func BenchmarkHeadChunks(b *testing.B) {
 		m.ZeroGrad()
 		return time.Since(start)
 	}
-	step(chunk)
-	step(1 << 30)
-	var chunked, whole time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		chunked += step(chunk)
-		whole += step(1 << 30)
-	}
-	b.StopTimer()
+	took := sideBySide(b, func() time.Duration { return step(chunk) }, func() time.Duration { return step(1 << 30) })
+	chunked, whole := took[0], took[1]
 	b.ReportMetric(chunked.Seconds()/whole.Seconds(), "chunked-time-ratio")
 }
 
@@ -452,19 +443,10 @@ func benchGrouped(b *testing.B, m *Model, cfg *ModelConfig, promptLen int) {
 		}
 		return time.Since(start)
 	}
-	decode(false)
-	decode(true)
-	score(false)
-	score(true)
-	var dOff, dOn, tOff, tOn time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		dOff += decode(false)
-		dOn += decode(true)
-		tOff += score(false)
-		tOn += score(true)
-	}
-	b.StopTimer()
+	took := sideBySide(b,
+		func() time.Duration { return decode(false) }, func() time.Duration { return decode(true) },
+		func() time.Duration { return score(false) }, func() time.Duration { return score(true) })
+	dOff, dOn, tOff, tOn := took[0], took[1], took[2], took[3]
 	n := float64(b.N)
 	b.ReportMetric(dOff.Seconds()*1000/(n*steps), "decode-ms/step-repeated")
 	b.ReportMetric(dOn.Seconds()*1000/(n*steps), "decode-ms/step-grouped")
