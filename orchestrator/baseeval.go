@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/seedctl/seedctl/rollout"
 )
@@ -73,7 +74,14 @@ func placesOrderKey(order string) string {
 }
 
 // ReadBaseEval reads the base evaluation of the run in dir, for another run
-// to reuse; nil (and no error) when the run has not finished one yet.
+// to reuse; nil (and no error) when the run has not finished one yet, or
+// when it reused one from a run that can no longer be read.
+//
+// Its key is that of the run where it was measured, under today's
+// definition of the key: a run that reused an evaluation carries it under
+// its own config, which may read other prompts (runs made before the key
+// named the eval seed took the first seed's evaluation for every seed), so
+// its own key would pass the measurement on to runs it does not describe.
 func ReadBaseEval(dir string) (*BaseEval, error) {
 	d := runDir(dir)
 	st, err := readState(d)
@@ -83,13 +91,17 @@ func ReadBaseEval(dir string) (*BaseEval, error) {
 	if st.BaseEval == nil {
 		return nil, nil
 	}
-	from := dir
+	from, measured := dir, d
 	if st.BaseEvalFrom != "" {
 		from = st.BaseEvalFrom // reused itself: name where it was measured
+		measured = runDir(from)
+		if _, err := os.Stat(measured.config()); err != nil {
+			return nil, nil // where it came from is unknown: not passed on
+		}
 	}
-	cfg, err := Load(d.config())
+	cfg, err := Load(measured.config())
 	if err != nil {
-		return nil, fmt.Errorf("reading the base evaluation of %s: %w", dir, err)
+		return nil, fmt.Errorf("reading the base evaluation of %s (measured in %s): %w", dir, from, err)
 	}
 	lines, err := ReadMetrics(d.metrics())
 	if err != nil {

@@ -64,7 +64,11 @@ func TestBaseEvalKeyNamesWhatTheEvalDependsOn(t *testing.T) {
 // metrics lines and provenance, and refuses one measured otherwise.
 func TestReuseBaseEvalChecksTheKey(t *testing.T) {
 	cfg := validConfig()
-	be := &BaseEval{From: "/runs/first", Key: cfg.BaseEvalKey(), Point: EvalPoint{Seen: 0.25, Unseen: 0.125, Episodes: 8},
+	first := t.TempDir() // where it was measured
+	if err := writeJSON(runDir(first).config(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	be := &BaseEval{From: first, Key: cfg.BaseEvalKey(), Point: EvalPoint{Seen: 0.25, Unseen: 0.125, Episodes: 8},
 		Metrics: []MetricsLine{{Kind: "eval", Split: "eval_seen", Values: map[string]float64{"success": 0.25}}, {Kind: "eval", Split: "eval_unseen", Values: map[string]float64{"success": 0.125}}}}
 	newRun := func(be *BaseEval) *run {
 		d := runDir(t.TempDir())
@@ -88,7 +92,7 @@ func TestReuseBaseEvalChecksTheKey(t *testing.T) {
 	if ok, err := r.reuseBaseEval(); !ok || err != nil {
 		t.Fatalf("reuse: %v, %v", ok, err)
 	}
-	if r.st.BaseEval.Seen != 0.25 || r.st.BaseEvalFrom != "/runs/first" {
+	if r.st.BaseEval.Seen != 0.25 || r.st.BaseEvalFrom != first {
 		t.Errorf("state after reuse: %+v from %q", r.st.BaseEval, r.st.BaseEvalFrom)
 	}
 	got, err := ReadBaseEval(string(r.dir))
@@ -96,7 +100,53 @@ func TestReuseBaseEvalChecksTheKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Read back from the reusing run, it still names where it was measured.
-	if got.From != "/runs/first" || got.Key != be.Key || len(got.Metrics) != 2 || got.Point.Unseen != 0.125 {
+	if got.From != first || got.Key != be.Key || len(got.Metrics) != 2 || got.Point.Unseen != 0.125 {
 		t.Errorf("read back %+v", got)
+	}
+}
+
+// A base evaluation passed on by a run that reused it keeps the key of
+// the run where it was measured: a run made before the key named the eval
+// seed took the first seed's evaluation under the second seed's config,
+// and read back under its own key it would be offered to that seed's
+// later runs as theirs. Where it was measured can no longer be read: not
+// offered at all.
+func TestReadBaseEvalKeysAReusedOneByWhereItWasMeasured(t *testing.T) {
+	seed1 := validConfig()
+	seed1.Rollout.PlacesOrder = rollout.PlacesOrderEpisode
+	seed2 := seed1
+	seed2.Seed = 2
+	if seed1.BaseEvalKey() == seed2.BaseEvalKey() {
+		t.Fatal("the two seeds share a base-eval key: the test needs them apart")
+	}
+	first, second := t.TempDir(), t.TempDir()
+	if err := writeJSON(runDir(first).config(), seed1); err != nil {
+		t.Fatal(err)
+	}
+	point := EvalPoint{Seen: 0.2, Unseen: 0.085, Episodes: 200}
+	lines := []MetricsLine{{Kind: "eval", Split: "eval_seen", Values: map[string]float64{"success": 0.2}}}
+	// The second seed's run as the old bench left it: the first seed's
+	// evaluation in its state, its own config beside it.
+	if err := writeJSON(runDir(second).config(), seed2); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSON(runDir(second).state(), State{Version: stateVersion, BaseEval: &point, BaseEvalFrom: first}); err != nil {
+		t.Fatal(err)
+	}
+	if err := appendMetrics(runDir(second).metrics(), lines...); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadBaseEval(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || got.Key != seed1.BaseEvalKey() || got.From != first {
+		t.Fatalf("read back %+v: want the first seed's key and origin", got)
+	}
+	if err := os.RemoveAll(first); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadBaseEval(second); got != nil || err != nil {
+		t.Errorf("origin gone: read back %+v, %v; want nothing to reuse", got, err)
 	}
 }
