@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 
 	"github.com/seedctl/seedctl/rollout"
 )
@@ -95,11 +95,11 @@ func ReadBaseEval(dir string) (*BaseEval, error) {
 	if st.BaseEvalFrom != "" {
 		from = st.BaseEvalFrom // reused itself: name where it was measured
 		measured = runDir(from)
-		if _, err := os.Stat(measured.config()); err != nil {
-			return nil, nil // where it came from is unknown: not passed on
-		}
 	}
 	cfg, err := Load(measured.config())
+	if errors.Is(err, fs.ErrNotExist) && measured != d {
+		return nil, nil // where it came from is unknown: not passed on
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the base evaluation of %s (measured in %s): %w", dir, from, err)
 	}
