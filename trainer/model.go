@@ -447,8 +447,7 @@ func (m *Model) run(flat []int64, pos []float32, b, t int64, mask *attnMask, kv 
 // runTo is run; without head it returns the final norm's output instead
 // of the logits.
 func (m *Model) runTo(flat []int64, pos []float32, b, t int64, mask *attnMask, kv kvStore, head bool) *ts.Tensor {
-	ids := fromSlice(flat, []int64{b, t})
-	ids = must(ids.To(m.device, true))
+	ids := upload(flat, []int64{b, t}, m.device)
 	cos, sin := m.rope(pos, b, t)
 	grad := gradEnabled()
 	if m.recompute && kv == nil && grad {
@@ -738,7 +737,7 @@ func (m *Model) maskRows(qSegs, kSegs [][]int, past, lo, n int, buf []float32) *
 			}
 		}
 	}
-	mask := must(fromSlice(vals, []int64{int64(b), 1, int64(n), int64(s)}).To(m.device, true))
+	mask := upload(vals, []int64{int64(b), 1, int64(n), int64(s)}, m.device)
 	if m.dtype != gotch.Float && sdpaAvailable() {
 		// The fused op takes the mask in the query's dtype: converted once
 		// here, not in every layer (0 and float32's minimum stay 0 and a
@@ -761,7 +760,7 @@ func (m *Model) causalBlock(lo, n, s int) *ts.Tensor {
 			}
 		}
 	}
-	mask := must(fromSlice(vals, []int64{1, 1, int64(n), int64(s)}).To(m.device, true))
+	mask := upload(vals, []int64{1, 1, int64(n), int64(s)}, m.device)
 	if m.dtype != gotch.Float {
 		mask = must(mask.Totype(m.dtype, true))
 	}
@@ -770,8 +769,7 @@ func (m *Model) causalBlock(lo, n, s int) *ts.Tensor {
 
 // rope returns cos and sin [B, 1, T, headDim] in the model dtype.
 func (m *Model) rope(pos []float32, b, t int64) (cos, sin *ts.Tensor) {
-	p := fromSlice(pos, []int64{b, t, 1})
-	p = must(p.To(m.device, true))
+	p := upload(pos, []int64{b, t, 1}, m.device)
 	half := m.invFreq.MustSize()[0]
 	inv := must(m.invFreq.View([]int64{1, 1, half}, false))
 	freqs := must(p.Mul(inv, true))

@@ -9,9 +9,10 @@ import (
 // NLLBackward computes the mean negative log-likelihood of the unmasked
 // targets (ids >= 0) and accumulates its gradient into the parameters. It is
 // the core of SFT; call ZeroGrad between optimizer steps. A non-finite
-// log-prob is an error wrapping ErrNonFinite; the head is applied in chunks
-// (headChunkTokens), so part of the gradient may have accumulated by then
-// and the caller refuses the step and zeroes the gradients (TrainSFT does).
+// log-prob is an error wrapping ErrNonFinite; the log-probs are read once,
+// after the backward pass (headBackward's known derivatives), so the
+// gradient has accumulated by then and the caller refuses the step and
+// zeroes the gradients (TrainSFT does).
 func (m *Model) NLLBackward(in Input, targets [][]int) (loss float64, err error) {
 	return m.nllBackward(in, targets, nil, 0)
 }
@@ -39,8 +40,22 @@ func (m *Model) nllBackward(in Input, targets [][]int, weights [][]float32, deno
 	if err != nil {
 		return 0, err
 	}
+	// Each target's derivative, −weight/denom, is known before its
+	// log-prob: the head runs without a read-back per chunk.
+	known := make([]float32, len(targets)*width)
+	for b, row := range targets {
+		for k, id := range row {
+			if id >= 0 {
+				w := float32(1)
+				if weights != nil {
+					w = weights[b][k]
+				}
+				known[b*width+k] = float32(-float64(w) / denom)
+			}
+		}
+	}
 	sum := 0.0
-	err = m.headBackward(in, targets, 1, entropyNone, func(j int, l, _ float64) (float64, float64, error) {
+	err = m.headBackward(in, targets, 1, entropyNone, known, func(j int, l, _ float64) (float64, float64, error) {
 		b, k := j/width, j%width
 		if targets[b][k] < 0 {
 			return 0, 0, nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/sugarme/gotch"
@@ -141,6 +142,12 @@ func quiesceGC() {
 	<-done
 }
 
+// uploads and readBacks count the copies of host memory to a tensor's
+// device (upload) and of tensors to host memory (hostCopy) since the
+// process started: on a GPU each waits for the device's queue to drain,
+// so tests hold hot paths to a fixed number of them.
+var uploads, readBacks atomic.Int64
+
 // fromSlice makes a CPU tensor of the given shape from vals with one
 // memcpy; gotch's OfSlice encodes element by element through reflection,
 // which dominated step time for attention masks of long sequences.
@@ -156,6 +163,12 @@ func fromSlice[T float32 | int64 | float64](vals []T, shape []int64) *ts.Tensor 
 		copy(unsafe.Slice((*T)(p), len(vals)), vals)
 	}
 	return t
+}
+
+// upload copies vals to a new tensor of the given shape on dev.
+func upload[T float32 | int64 | float64](vals []T, shape []int64, dev gotch.Device) *ts.Tensor {
+	uploads.Add(1)
+	return must(fromSlice(vals, shape).To(dev, true))
 }
 
 // dtypeOf is the libtorch dtype of a Go element type.
@@ -187,6 +200,7 @@ func toSlice[T float32 | int64 | float64](x *ts.Tensor) []T {
 // with one memcpy from a contiguous CPU copy; x is kept. T's size must
 // divide the data's (toSlice: x's own element type; tensorBytes: bytes).
 func hostCopy[T any](x *ts.Tensor) []T {
+	readBacks.Add(1)
 	c := must(must(x.To(gotch.CPU, false)).Contiguous(true))
 	defer drop(c)
 	var zero T

@@ -580,7 +580,7 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 	if cfg.EntropyCoef > 0 {
 		entropy = entropyGrad
 	}
-	return m.headBackward(in, targets, cfg.Temperature, entropy, derivs)
+	return m.headBackward(in, targets, cfg.Temperature, entropy, nil, derivs)
 }
 
 // headChunkTokens bounds the positions whose [positions, vocabulary]
@@ -603,18 +603,28 @@ var headChunkTokens = 1024
 // back-propagated at once. The hidden states' gradient then flows through
 // the decoder (and, with recomputation, afterBackward's layer-by-layer
 // pass).
-func (m *Model) headBackward(in Input, targets [][]int, temperature float64, entropy headEntropy, derivs func(j int, l, e float64) (d, de float64, err error)) error {
+//
+// known, when not nil, is every position's derivative d, known before the
+// log-probs are (the NLL's −weight/denominator): the chunks then run back
+// to back without reading anything back, the decoder's backward pass
+// follows, and only then are the log-probs read, once, and derivs called
+// at every position for its sums and checks (its d is ignored; entropy
+// must be entropyNone). On a GPU every read-back, and every copy of host
+// memory to the device, waits for the device's queue to drain (a copy from
+// pageable memory synchronises the stream); an NLL step has one of each
+// wherever its chunks are, where the per-chunk form has four per chunk.
+// The gradient is the same to the bit (TestNLLHeadWithoutReadBacks).
+func (m *Model) headBackward(in Input, targets [][]int, temperature float64, entropy headEntropy, known []float32, derivs func(j int, l, e float64) (d, de float64, err error)) error {
 	b, t, err := in.shape()
 	if err != nil {
 		return err
 	}
-	hN := m.forwardHidden(in)
-	hDim := int64(m.cfg.HiddenSize)
-	flatH := must(hN.Reshape([]int64{int64(b * t), hDim}, false))
-	leaf := must(must(flatH.Detach(true)).SetRequiresGrad(true, true))
-	defer drop(leaf)
-	flat := make([]int64, b*t)
-	keep := make([]float32, b*t)
+	n := b * t
+	if known != nil && (len(known) != n || entropy != entropyNone) {
+		return fmt.Errorf("head: %d known derivatives for %d positions with entropy mode %d: want one per position and no entropy", len(known), n, entropy)
+	}
+	flat := make([]int64, n)
+	keep := make([]float32, n)
 	for i, row := range targets {
 		for k, id := range row {
 			if id >= 0 {
@@ -622,12 +632,40 @@ func (m *Model) headBackward(in Input, targets [][]int, temperature float64, ent
 			}
 		}
 	}
-	n := b * t
+	// The targets (and known derivatives) go to the device once, before
+	// the forward pass, while its queue is empty.
+	idx := upload(flat, []int64{int64(n), 1}, m.device)
+	kt := upload(keep, []int64{int64(n)}, m.device)
+	defer drop(idx, kt)
+	var wt *ts.Tensor
+	if known != nil {
+		wt = upload(known, []int64{int64(n)}, m.device)
+		defer drop(wt)
+	}
+	hN := m.forwardHidden(in)
+	hDim := int64(m.cfg.HiddenSize)
+	flatH := must(hN.Reshape([]int64{int64(n), hDim}, false))
+	leaf := must(must(flatH.Detach(true)).SetRequiresGrad(true, true))
+	defer drop(leaf)
+	var lps []*ts.Tensor // known: each chunk's log-probs, detached
+	defer func() { drop(lps...) }()
 	for lo := 0; lo < n; lo += headChunkTokens {
 		c := min(headChunkTokens, n-lo)
-		if err := m.headChunk(leaf, lo, c, flat[lo:lo+c], keep[lo:lo+c], temperature, entropy, derivs); err != nil {
+		ch := headChunkInput{lo: lo, c: c, idx: narrow(idx, lo, c), keep: narrow(kt, lo, c)}
+		if wt != nil {
+			ch.w = narrow(wt, lo, c)
+		}
+		lp, err := m.headChunk(leaf, ch, temperature, entropy, derivs)
+		drop(ch.idx, ch.keep)
+		if ch.w != nil {
+			drop(ch.w)
+		}
+		if err != nil {
 			drop(hN)
 			return err
+		}
+		if lp != nil {
+			lps = append(lps, lp)
 		}
 	}
 	g := must(leaf.Grad(false))
@@ -638,7 +676,23 @@ func (m *Model) headBackward(in Input, targets [][]int, temperature float64, ent
 	must0(sur.Backward())
 	drop(sur)
 	m.afterBackward()
+	if known == nil {
+		return nil
+	}
+	all := must(ts.Cat(lps, 0))
+	lv := values1D(all)
+	drop(all)
+	for j, l := range lv {
+		if _, _, err := derivs(j, float64(l), 0); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// narrow is x's positions [lo, lo+c) along its first dimension, a view.
+func narrow(x *ts.Tensor, lo, c int) *ts.Tensor {
+	return must(x.Narrow(0, int64(lo), int64(c), false))
 }
 
 // headEntropy says what headBackward does with the policy's entropy.
@@ -650,28 +704,43 @@ const (
 	entropyGrad                    // computed with a graph: the entropy bonus
 )
 
-// headChunk is one chunk of headBackward: positions [lo, lo+c) of leaf.
-func (m *Model) headChunk(leaf *ts.Tensor, lo, c int, ids []int64, keep []float32, temperature float64, entropy headEntropy, derivs func(j int, l, e float64) (d, de float64, err error)) error {
+// headChunkInput is one chunk of headBackward: positions [lo, lo+c), their
+// targets (idx, [c, 1]), whether each is scored (keep, 1 or 0) and, when
+// known ahead, the loss's derivative at each (w; nil: derivs gives it).
+type headChunkInput struct {
+	lo, c        int
+	idx, keep, w *ts.Tensor
+}
+
+// headChunk is one chunk of headBackward. With ch.w it back-propagates
+// Σ w·ℓ and returns the chunk's log-probs, detached, for the caller to
+// read; without, it reads them, asks derivs, and returns nil.
+func (m *Model) headChunk(leaf *ts.Tensor, ch headChunkInput, temperature float64, entropy headEntropy, derivs func(j int, l, e float64) (d, de float64, err error)) (*ts.Tensor, error) {
 	withGrad := entropy == entropyGrad
-	h := must(leaf.Narrow(0, int64(lo), int64(c), false))
+	h := narrow(leaf, ch.lo, ch.c)
 	logits := linear(h, m.lmHead, nil)
 	drop(h)
 	if temperature > 0 && temperature != 1 {
 		logits = mulScalar(logits, 1/temperature, true)
 	}
 	logp := must(logits.LogSoftmax(-1, gotch.Float, true))
-	idx := must(fromSlice(ids, []int64{int64(c), 1}).To(m.device, true))
-	g := must(must(logp.Gather(1, idx, false, false)).SqueezeDim(1, true))
-	drop(idx)
-	k := must(fromSlice(keep, []int64{int64(c)}).To(m.device, true))
-	lp := must(g.Mul(k, true))
-	drop(k)
+	g := must(must(logp.Gather(1, ch.idx, false, false)).SqueezeDim(1, true))
+	lp := must(g.Mul(ch.keep, true))
+	if ch.w != nil {
+		drop(logp)
+		sur := must(must(lp.Mul(ch.w, false)).Sum(gotch.Float, true))
+		must0(sur.Backward())
+		drop(sur)
+		out := must(lp.Detach(false))
+		drop(lp)
+		return out, nil
+	}
 	// The entropy is read for the RL step's metrics; it keeps a graph only
 	// with the bonus. The NLL of SFT has no use for it.
 	var ent *ts.Tensor
 	var ev []float32
 	if entropy == entropyNone {
-		ev = make([]float32, c) // derivs sees 0
+		ev = make([]float32, ch.c) // derivs sees 0
 	} else {
 		d := logp
 		if !withGrad {
@@ -683,39 +752,50 @@ func (m *Model) headChunk(leaf *ts.Tensor, lo, c int, ids []int64, keep []float3
 		if !withGrad {
 			drop(d)
 		}
-		ev = values1D(ent)
 		defer drop(ent)
 	}
 	drop(logp)
 	defer drop(lp)
-	lv := values1D(lp)
-	w := make([]float32, c)
-	we := make([]float32, c)
+	var lv []float32
+	if ent == nil {
+		lv = values1D(lp)
+	} else { // one read-back for both
+		dl, de := must(lp.Detach(false)), must(ent.Detach(false))
+		both := must(ts.Cat([]*ts.Tensor{dl, de}, 0))
+		drop(dl, de)
+		v := values1D(both)
+		drop(both)
+		lv, ev = v[:ch.c], v[ch.c:]
+	}
+	w := make([]float32, ch.c, 2*ch.c)
+	we := make([]float32, ch.c)
 	for i := range w {
-		d, de, err := derivs(lo+i, float64(lv[i]), float64(ev[i]))
+		d, de, err := derivs(ch.lo+i, float64(lv[i]), float64(ev[i]))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		w[i], we[i] = float32(d), float32(de)
 	}
 	// The surrogate Σ w·ℓθ (+ Σ we·H) has exactly the loss's gradient (w
 	// is the loss's derivative per token, computed with gates detached).
-	wt := must(fromSlice(w, []int64{int64(c)}).To(m.device, true))
-	prod := must(lp.Mul(wt, false))
-	var wet *ts.Tensor
+	// With the entropy's graph both go to the device in one copy.
+	var up, wt, wet *ts.Tensor
 	if withGrad {
-		wet = must(fromSlice(we, []int64{int64(c)}).To(m.device, true))
+		up = upload(append(w, we...), []int64{int64(2 * ch.c)}, m.device)
+		wt, wet = narrow(up, 0, ch.c), narrow(up, ch.c, ch.c)
+	} else {
+		wt = upload(w, []int64{int64(ch.c)}, m.device)
+	}
+	prod := must(lp.Mul(wt, false))
+	if withGrad {
 		em := must(ent.Mul(wet, false))
 		prod = must(prod.Add(em, true))
-		drop(em)
+		drop(em, wet, up)
 	}
 	sur := must(prod.Sum(gotch.Float, true))
 	must0(sur.Backward())
 	drop(sur, wt)
-	if wet != nil {
-		drop(wet)
-	}
-	return nil
+	return nil, nil
 }
 
 // values1D reads a 1-D tensor's values as float32 (detached).

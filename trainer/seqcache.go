@@ -549,8 +549,7 @@ func (m *Model) DecodeBatch(cs []*SeqCache, ids []int) (out [][]float32, err err
 		}
 	}
 	withoutGrad(func() {
-		full := fromSlice(vals, []int64{int64(b), 1, 1, int64(smax + 1)})
-		mask := &attnMask{full: must(full.To(m.device, true))}
+		mask := &attnMask{full: upload(vals, []int64{int64(b), 1, 1, int64(smax + 1)}, m.device)}
 		g = decodeGroupFor(cs, len(m.layers))
 		logits := m.run(flat, pos, int64(b), 1, mask, g)
 		g.smax++
