@@ -70,9 +70,9 @@ bench *ARGS: build
 bench-quick *ARGS: build
     ./bin/seedctl bench --quick {{ARGS}}
 
-# Before/after in one run: the trainer's step and the embedded server's benchmarks at OLD and at the working tree, alternating (ROUNDS times each)
-bench-compare OLD ROUNDS="2":
-    ./scripts/bench-compare.sh {{OLD}} {{ROUNDS}}
+# Before/after in one run: the trainer's step and the embedded server's benchmarks at OLD and at the working tree, alternating (ROUNDS times each); MODEL (a checkpoint folder) adds seedctl model stepbench on it
+bench-compare OLD ROUNDS="2" MODEL="":
+    ./scripts/bench-compare.sh {{OLD}} {{ROUNDS}} {{MODEL}}
 
 # Trainer tokens/s and MFU (with PyTorch eager side by side), 2 data-parallel ranks against 1, SFT micro-batch sizes and OpenBLAS AVX2/AVX-512 kernels side by side, embedded server tokens/s at 1–64 requests, env and rollout overhead
 bench-throughput:

@@ -76,6 +76,9 @@ func BenchmarkTrainStep(b *testing.B) {
 		b.Fatal(err)
 	}
 	in, targets := randomLMBatch(cfg.VocabSize, batch, seq)
+	// As TrainSFT runs its steps: on one OS thread, collector off.
+	defer pinThread()()
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	step := func() {
 		if _, err := m.NLLBackward(in, targets); err != nil {
 			b.Fatal(err)

@@ -142,6 +142,17 @@ func quiesceGC() {
 	<-done
 }
 
+// PinThread keeps the calling goroutine on its OS thread until the returned
+// function runs. A loop that calls the model many times (a server's decode
+// loop) should run pinned: libgomp gives each calling thread its own pool
+// of intra-op workers, and when consecutive calls come from different
+// threads the pools' spinning workers contend for the cores — unpinned, a
+// training step on 2 cores ran 1.2–1.9× slower (the README's Benchmarks,
+// "Calls that wander between threads"). Entry points of this
+// package pin themselves for their own duration; this is for the caller's
+// loop around them.
+func PinThread() (unpin func()) { return pinThread() }
+
 // uploads and readBacks count the copies of host memory to a tensor's
 // device (upload) and of tensors to host memory (hostCopy) since the
 // process started: on a GPU each waits for the device's queue to drain,
@@ -218,7 +229,10 @@ func hostCopy[T any](x *ts.Tensor) []T {
 // function runs. A training step whose libtorch calls move between OS
 // threads midway is not bit-reproducible (measured: 1–3 distinct gradients
 // in 20 repeats of one forward+backward; 0 in 24 when each repeat stays on
-// one thread, whichever thread that is), so steps run pinned.
+// one thread, whichever thread that is), so steps run pinned. It is also
+// faster on CPU: libtorch's intra-op pool (OpenMP) is the calling
+// thread's, so calls that wander between threads wake several pools whose
+// workers then spin against each other for the cores (PinThread).
 func pinThread() func() {
 	runtime.LockOSThread()
 	return runtime.UnlockOSThread

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -90,7 +91,14 @@ func (m *Model) BenchStepProfiled(opt *Optimizer, tokens, row, steps int, seed u
 		}
 		return nil
 	}
+	// As the training loops run their steps: on one OS thread (libtorch's
+	// intra-op thread pool belongs to the calling thread; a step whose
+	// calls wander between threads also wakes other threads' pools), with
+	// the collector off and its finalizers run between steps.
+	defer pinThread()()
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	step := func() (backward, update float64, err error) {
+		quiesceGC()
 		start := time.Now()
 		if _, err := m.NLLBackward(in, targets); err != nil {
 			return 0, 0, fmt.Errorf("step bench: %w", err)
