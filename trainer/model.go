@@ -1108,7 +1108,7 @@ func attendOneQuery(q, k, v, mask *ts.Tensor, headDim int64, dt gotch.DType, b, 
 // form: it gained nothing measurable from the grouped one (0.97–1.04× in
 // BenchmarkGroupedAttention), and both base-model builds made with it
 // came out far worse (oracle-hinted success 14.5% and 24.0% against
-// 55.5–67.5% without it; suggestive, not proof: p ≈ 0.07–0.17 were
+// 55.5–67.5% without it; suggestive, not proof: p ≈ 0.05–0.17 were
 // builds exchangeable, docs/experiments.md) although the two forms'
 // logits and gradients agree to 1e-5 in every test; no cause is found, so
 // it stays out of training. useGrouped turns it off (tests
