@@ -4,6 +4,12 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 
 version := `git describe --always --dirty 2>/dev/null || echo dev`
 
+# The binary the CPU jobs (run, run-grpo, bench, bench-quick) use: built
+# against libtorch 2.11 from PyPI's torch wheel (bin/seedctl-torch2, about
+# 2x faster on CPU than Debian's 1.13: README, Benchmarks), or with
+# SEEDCTL_LIBTORCH=debian the default build on Debian's libtorch (bin/seedctl).
+seedctl := if env_var_or_default("SEEDCTL_LIBTORCH", "torch2") == "debian" { "./bin/seedctl" } else { "./bin/seedctl-torch2" }
+
 # List the recipes
 default:
     @just --list
@@ -31,9 +37,15 @@ test-torch2 *PKGS:
     ./scripts/test-torch2.sh {{PKGS}}
     ./scripts/check-nccl.sh
 
-# seedctl built against libtorch 2.11 (PyPI's torch wheel, CPU) as bin/seedctl-torch2: trains the tiny model ~1.5x faster than the default build on Debian's 1.13
+# seedctl built against libtorch 2.11 (PyPI's torch wheel, CPU) as bin/seedctl-torch2; the first time installs the wheel (543 MB) and compiles gotch against it (a few minutes)
 build-torch2:
     ./scripts/test-torch2.sh --build bin/seedctl-torch2
+
+# Build the binary the CPU jobs use (see `seedctl` at the top)
+build-jobs:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if [[ "{{seedctl}}" == ./bin/seedctl ]]; then just build; else just build-torch2; fi
 
 # The NCCL process group compiles and links against the CUDA build of that wheel (runs on a GPU only: seedctl doctor there)
 check-nccl:
@@ -58,21 +70,21 @@ doctor: build
     ./bin/seedctl doctor
 
 # The main job: SEED on the embedded default (household, tiny base model built on first use, CPU); ARGS go to `seedctl run`
-run *ARGS: build
-    ./bin/seedctl run {{ARGS}}
+run *ARGS: build-jobs
+    {{seedctl}} run {{ARGS}}
 
 # The same with GRPO only (the baseline), for comparison
-run-grpo *ARGS: build
-    ./bin/seedctl run --algo grpo {{ARGS}}
+run-grpo *ARGS: build-jobs
+    {{seedctl}} run --algo grpo {{ARGS}}
 
 # Reproduce the tables (all methods, 5 data shares, 3 seeds) on the embedded default, then the throughput benchmarks; ARGS go to `seedctl bench`
-bench *ARGS: build
-    ./bin/seedctl bench {{ARGS}}
+bench *ARGS: build-jobs
+    {{seedctl}} bench {{ARGS}}
     just bench-throughput
 
 # The reduced grid (GRPO and SEED, one seed, 40% and 100% of the tasks) within a 20-minute budget
-bench-quick *ARGS: build
-    ./bin/seedctl bench --quick {{ARGS}}
+bench-quick *ARGS: build-jobs
+    {{seedctl}} bench --quick {{ARGS}}
 
 # Before/after in one run: the trainer's step and the embedded server's benchmarks at OLD and at the working tree, alternating (ROUNDS times each); MODEL (a checkpoint folder) adds seedctl model stepbench on it
 bench-compare OLD ROUNDS="2" MODEL="":

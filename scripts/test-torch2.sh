@@ -51,6 +51,7 @@ build_to=""
 if [[ "${1:-}" == --build ]]; then
   [[ -n "${2:-}" ]] || die "--build needs the binary's path"
   build_to="$(realpath -m "$2")"
+  version="$(git describe --always --dirty 2>/dev/null || echo dev)-torch$TORCH_VERSION"
   shift 2
 fi
 
@@ -64,7 +65,7 @@ cd "$TREE"
 LIBTORCH="$PKG/torch" CUDA_VER=cpu ./scripts/prepare-gotch.sh
 if [[ -n $build_to ]]; then
   mkdir -p "$(dirname "$build_to")"
-  go build -o "$build_to" ./cmd/seedctl
+  go build -ldflags "-X main.version=$version" -o "$build_to" ./cmd/seedctl
   log "built $build_to against libtorch $TORCH_VERSION (CPU)"
   exit 0
 fi
