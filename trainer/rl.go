@@ -611,9 +611,11 @@ var headChunkTokens = 1024
 // at every position for its sums and checks (its d is ignored; entropy
 // must be entropyNone). On a GPU every read-back, and every copy of host
 // memory to the device, waits for the device's queue to drain (a copy from
-// pageable memory synchronises the stream); an NLL step has one of each
-// wherever its chunks are, where the per-chunk form has four per chunk.
-// The gradient is the same to the bit (TestNLLHeadWithoutReadBacks).
+// pageable memory synchronises the stream). The targets go to the device
+// once, before the forward pass; after it, an NLL step reads back once
+// however many chunks it has, where the per-chunk form reads back once and
+// uploads once per chunk. The gradient is the same to the bit
+// (TestNLLHeadWithoutReadBacks).
 func (m *Model) headBackward(in Input, targets [][]int, temperature float64, entropy headEntropy, known []float32, derivs func(j int, l, e float64) (d, de float64, err error)) error {
 	b, t, err := in.shape()
 	if err != nil {
