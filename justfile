@@ -5,8 +5,8 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 version := `git describe --always --dirty 2>/dev/null || echo dev`
 
 # The binary the CPU jobs (run, run-grpo, bench, bench-quick) use: built
-# against libtorch 2.11 from PyPI's torch wheel (bin/seedctl-torch2, about
-# 2x faster on CPU than Debian's 1.13: README, Benchmarks), or with
+# against libtorch 2.11 from PyPI's torch wheel (bin/seedctl-torch2, 1.6-2x
+# as fast on CPU as Debian's 1.13: README, Benchmarks), or with
 # SEEDCTL_LIBTORCH=debian the default build on Debian's libtorch (bin/seedctl).
 seedctl := if env_var_or_default("SEEDCTL_LIBTORCH", "torch2") == "debian" { "./bin/seedctl" } else { "./bin/seedctl-torch2" }
 

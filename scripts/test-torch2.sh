@@ -15,7 +15,7 @@
 # --install-only stops after step 1 (scripts/gpu-pack.sh uses it).
 # --build BIN builds seedctl there instead of step 3, to BIN (`just
 # build-torch2`: a CPU binary on libtorch 2.11, which trains the tiny model
-# ~1.5x faster than Debian's 1.13; README, Benchmarks).
+# 1.6-2x as fast as Debian's 1.13; README, Benchmarks).
 #
 # Measured on the 2-core build VM: the download is 543 MB (torch 530 MB,
 # cupti 11 MB, cudart 2 MB), 1.2 GB unpacked, about 45 s; the first build of
