@@ -40,17 +40,19 @@ func (m *Model) nllBackward(in Input, targets [][]int, weights [][]float32, deno
 	if err != nil {
 		return 0, err
 	}
+	weight := func(b, k int) float64 {
+		if weights == nil {
+			return 1
+		}
+		return float64(weights[b][k])
+	}
 	// Each target's derivative, −weight/denom, is known before its
 	// log-prob: the head runs without a read-back per chunk.
 	known := make([]float32, len(targets)*width)
 	for b, row := range targets {
 		for k, id := range row {
 			if id >= 0 {
-				w := float32(1)
-				if weights != nil {
-					w = weights[b][k]
-				}
-				known[b*width+k] = float32(-float64(w) / denom)
+				known[b*width+k] = float32(-weight(b, k) / denom)
 			}
 		}
 	}
@@ -63,12 +65,8 @@ func (m *Model) nllBackward(in Input, targets [][]int, weights [][]float32, deno
 		if math.IsNaN(l) || math.IsInf(l, 0) {
 			return 0, 0, fmt.Errorf("NLL step: log-prob %v at row %d position %d: %w", l, b, k, ErrNonFinite)
 		}
-		w := 1.0
-		if weights != nil {
-			w = float64(weights[b][k])
-		}
-		sum += w * l
-		return -w / denom, 0, nil
+		sum += weight(b, k) * l
+		return float64(known[j]), 0, nil
 	})
 	if err != nil {
 		return math.NaN(), err

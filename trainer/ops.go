@@ -147,7 +147,7 @@ func quiesceGC() {
 // loop) should run pinned: libgomp gives each calling thread its own pool
 // of intra-op workers, and when consecutive calls come from different
 // threads the pools' spinning workers contend for the cores — unpinned, a
-// training step on 2 cores ran 1.2–1.9× slower (the README's Benchmarks,
+// training step on 2 cores ran 1.1–1.9× slower (the README's Benchmarks,
 // "Calls that wander between threads"). Entry points of this
 // package pin themselves for their own duration; this is for the caller's
 // loop around them.
