@@ -142,17 +142,6 @@ func quiesceGC() {
 	<-done
 }
 
-// PinThread keeps the calling goroutine on its OS thread until the returned
-// function runs. A loop that calls the model many times (a server's decode
-// loop) should run pinned: libgomp gives each calling thread its own pool
-// of intra-op workers, and when consecutive calls come from different
-// threads the pools' spinning workers contend for the cores — unpinned, a
-// training step on 2 cores ran 1.1–1.9× slower (the README's Benchmarks,
-// "Calls that wander between threads"). Entry points of this
-// package pin themselves for their own duration; this is for the caller's
-// loop around them.
-func PinThread() (unpin func()) { return pinThread() }
-
 // uploads and readBacks count the copies of host memory to a tensor's
 // device (upload) and of tensors to host memory (hostCopy) since the
 // process started: on a GPU each waits for the device's queue to drain,
@@ -232,7 +221,8 @@ func hostCopy[T any](x *ts.Tensor) []T {
 // one thread, whichever thread that is), so steps run pinned. It is also
 // faster on CPU: libtorch's intra-op pool (OpenMP) is the calling
 // thread's, so calls that wander between threads wake several pools whose
-// workers then spin against each other for the cores (PinThread).
+// workers then spin against each other for the cores (the step benchmark
+// ran 1.1–1.9× faster pinned on 2 cores: README, Benchmarks).
 func pinThread() func() {
 	runtime.LockOSThread()
 	return runtime.UnlockOSThread

@@ -320,10 +320,6 @@ func (e *Engine) score(ctx context.Context, prompts [][]int) ([][]float64, *snap
 }
 
 func (e *Engine) loop() {
-	// Every forward pass runs from this goroutine: keep it on one OS
-	// thread, so libtorch's intra-op pool is always the same one
-	// (trainer.PinThread).
-	defer trainer.PinThread()()
 	defer close(e.done)
 	defer e.shutdown()
 	for {
