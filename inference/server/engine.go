@@ -180,7 +180,7 @@ type Engine struct {
 	cfg Config
 	log zerolog.Logger
 
-	jobs   chan *genJob
+	jobs   chan []*genJob // one request's sequences arrive together
 	scores chan *scoreJob
 	swaps  chan swapMsg
 	quit   chan struct{}
@@ -190,9 +190,10 @@ type Engine struct {
 	current *snapshot // guarded by mu for readers outside the loop
 
 	// engine goroutine state
-	active []*genJob
-	prefix []*prefixEntry
-	clock  int64
+	active  []*genJob
+	waiting []*genJob // submitted, not yet admitted, in arrival order
+	prefix  []*prefixEntry
+	clock   int64
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -229,7 +230,7 @@ func NewEngine(cfg Config, log zerolog.Logger) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg: cfg, log: log, current: snap,
-		jobs: make(chan *genJob, 1024), scores: make(chan *scoreJob, 64), swaps: make(chan swapMsg),
+		jobs: make(chan []*genJob, 1024), scores: make(chan *scoreJob, 64), swaps: make(chan swapMsg),
 		quit: make(chan struct{}), done: make(chan struct{}),
 	}
 	go e.loop()
@@ -290,9 +291,12 @@ func (e *Engine) Swap(ctx context.Context, dir, version string) error {
 	return nil
 }
 
-func (e *Engine) submit(ctx context.Context, j *genJob) error {
+// submit hands the engine all sequences of one request at once, so they
+// are admitted together where the batch has room (the n samples of a
+// prompt then share one prefill) instead of one by one as they arrive.
+func (e *Engine) submit(ctx context.Context, js ...*genJob) error {
 	select {
-	case e.jobs <- j:
+	case e.jobs <- js:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -323,11 +327,10 @@ func (e *Engine) loop() {
 	defer close(e.done)
 	defer e.shutdown()
 	for {
-		var admitted []*genJob
-		if len(e.active) == 0 {
+		if len(e.active) == 0 && len(e.waiting) == 0 {
 			select {
-			case j := <-e.jobs:
-				admitted = append(admitted, j) // and whatever came with it
+			case js := <-e.jobs:
+				e.waiting = append(e.waiting, js...) // and whatever came with it
 			case s := <-e.scores:
 				e.runScore(s)
 				continue
@@ -338,12 +341,20 @@ func (e *Engine) loop() {
 				return
 			}
 		}
-		// Take what has arrived without waiting, then step the batch.
+		// Take what has arrived without waiting, then admit what the batch
+		// has room for and step it. Weight swaps, scoring and Close are
+		// taken whatever the load; new sequences only while fewer than a
+		// batch wait (the rest stay in the channel, which pushes back on
+		// submitters).
 	drain:
-		for len(admitted) < e.cfg.MaxPrefills && len(e.active)+len(admitted) < e.cfg.MaxBatch {
+		for {
+			jobs := e.jobs
+			if len(e.waiting) >= e.cfg.MaxBatch {
+				jobs = nil
+			}
 			select {
-			case j := <-e.jobs:
-				admitted = append(admitted, j)
+			case js := <-jobs:
+				e.waiting = append(e.waiting, js...)
 			case s := <-e.scores:
 				e.runScore(s)
 			case m := <-e.swaps:
@@ -354,7 +365,9 @@ func (e *Engine) loop() {
 				break drain
 			}
 		}
-		if len(admitted) > 0 {
+		if n := min(len(e.waiting), e.cfg.MaxPrefills, e.cfg.MaxBatch-len(e.active)); n > 0 {
+			admitted := e.waiting[:n:n]
+			e.waiting = append([]*genJob(nil), e.waiting[n:]...)
 			e.admit(admitted)
 		}
 		if len(e.active) > 0 {
@@ -368,14 +381,20 @@ func (e *Engine) shutdown() {
 		e.finish(j, "", ErrClosed)
 	}
 	e.active = nil
+	for _, j := range e.waiting {
+		j.events <- genEvent{done: true, err: ErrClosed}
+	}
+	e.waiting = nil
 	for _, p := range e.prefix {
 		p.cache.Free()
 	}
 	e.prefix = nil
 	for {
 		select {
-		case j := <-e.jobs:
-			j.events <- genEvent{done: true, err: ErrClosed}
+		case js := <-e.jobs:
+			for _, j := range js {
+				j.events <- genEvent{done: true, err: ErrClosed}
+			}
 		case s := <-e.scores:
 			s.result <- scoreResult{err: ErrClosed}
 		default:

@@ -470,6 +470,7 @@ func (s *Server) generate(ctx context.Context, prompts [][]int, p parsedGen, top
 	}
 	events := make(chan tagged, 256)
 	results := make([]choiceResult, len(prompts)*p.n)
+	jobs := make([]*genJob, len(results))
 	for pi, prompt := range prompts {
 		for c := 0; c < p.n; c++ {
 			idx := pi*p.n + c
@@ -479,32 +480,34 @@ func (s *Server) generate(ctx context.Context, prompts [][]int, p parsedGen, top
 				v := *p.seed + int64(idx)
 				seed = &v
 			}
-			j := &genJob{
+			jobs[idx] = &genJob{
 				ctx: ctx, prompt: prompt, maxTokens: p.maxTokens, seed: seed, stops: p.stops,
 				stopIDs: p.stopIDs, ignoreEOS: p.ignoreEOS, keepSpec: !p.skipSpecial, events: make(chan genEvent, 64),
 				params: samplingParams{Temperature: p.params.Temperature, TopP: p.params.TopP, TopK: p.params.TopK, TopLogprobs: topLogprobs},
 			}
-			if err := s.eng.submit(ctx, j); err != nil {
-				return nil, err
-			}
-			go func(idx int, ch chan genEvent) {
-				for {
+		}
+	}
+	if err := s.eng.submit(ctx, jobs...); err != nil {
+		return nil, err
+	}
+	for idx, j := range jobs {
+		go func(idx int, ch chan genEvent) {
+			for {
+				select {
+				case ev := <-ch:
 					select {
-					case ev := <-ch:
-						select {
-						case events <- tagged{idx, ev}:
-						case <-ctx.Done():
-							return
-						}
-						if ev.done {
-							return
-						}
+					case events <- tagged{idx, ev}:
 					case <-ctx.Done():
 						return
 					}
+					if ev.done {
+						return
+					}
+				case <-ctx.Done():
+					return
 				}
-			}(idx, j.events)
-		}
+			}
+		}(idx, j.events)
 	}
 	for pending := len(results); pending > 0; {
 		select {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -534,5 +535,95 @@ func TestInFlightRequestKeepsItsWeights(t *testing.T) {
 	want2, _ := m2.Greedy(prompt, 5, nil, false)
 	if fmt.Sprint(ids) != fmt.Sprint(want2) {
 		t.Errorf("after the swap: %v, new weights give %v", ids, want2)
+	}
+}
+
+// A request with more sequences than the batch holds waits in the
+// engine's queue: no decode step runs more than MaxBatch of them, none
+// is admitted more than MaxPrefills at a time, and every one finishes as
+// if alone.
+func TestSequencesBeyondTheBatchWait(t *testing.T) {
+	s := newTestServer(t, func(c *Config) { c.MaxBatch, c.MaxPrefills, c.PrefixCacheEntries = 3, 2, 0 })
+	var mu sync.Mutex
+	widest := 0
+	testHookAfterGrouping = func(e *Engine) {
+		mu.Lock()
+		widest = max(widest, len(e.active))
+		mu.Unlock()
+	}
+	defer func() { testHookAfterGrouping = nil }()
+	_, resp := post(t, s.url+"/v1/completions", map[string]any{
+		"prompt": prompt, "n": 7, "max_tokens": 6, "temperature": 0, "ignore_eos": true, "logprobs": 0, "return_tokens_as_token_ids": true,
+	})
+	testHookAfterGrouping = nil
+	want, _ := s.model.Greedy(prompt, 6, nil, false)
+	cs := choices(t, resp)
+	if len(cs) != 7 {
+		t.Fatalf("%d choices, want 7", len(cs))
+	}
+	for i, c := range cs {
+		if ids, _ := completionIDs(t, c); fmt.Sprint(ids) != fmt.Sprint(want) {
+			t.Errorf("sample %d: %v, greedy %v", i, ids, want)
+		}
+	}
+	st := s.Engine().Stats()
+	mu.Lock()
+	defer mu.Unlock()
+	if widest > 3 || widest < 2 {
+		t.Errorf("widest decode batch %d, want 2 or 3 (MaxBatch 3)", widest)
+	}
+	// At most two admitted at a time, each admission's samples sharing one
+	// prefill: at least 4 prefills for 7 sequences, and fewer than 7 (the
+	// batch's first two went together).
+	if st.PrefilledSeqs < 4 || st.PrefilledSeqs > 6 || st.Requests != 7 {
+		t.Errorf("%d prompts prefilled for %d sequences, want 4 to 6 for 7 (MaxPrefills 2, MaxBatch 3)", st.PrefilledSeqs, st.Requests)
+	}
+}
+
+// Closing the engine ends the sequences still queued behind a full batch
+// with ErrClosed, as it ends the ones decoding.
+func TestCloseEndsQueuedSequences(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tiny")
+	writeTiny(t, dir, 1)
+	cfg := DefaultConfig(dir)
+	cfg.MaxBatch, cfg.MaxPrefills = 1, 1
+	e, err := NewEngine(cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	js := make([]*genJob, 3)
+	for i := range js {
+		js[i] = &genJob{ctx: ctx, prompt: prompt, maxTokens: 1 << 20, ignoreEOS: true, events: make(chan genEvent, 1<<16), params: samplingParams{Temperature: 0}}
+	}
+	// The engine holds in its first decode step until Close: the first
+	// sequence is decoding, the others are queued.
+	inStep := make(chan struct{})
+	var once sync.Once
+	testHookAfterGrouping = func(e *Engine) {
+		once.Do(func() { close(inStep) })
+		<-e.quit
+	}
+	defer func() { testHookAfterGrouping = nil }()
+	if err := e.submit(ctx, js...); err != nil {
+		t.Fatal(err)
+	}
+	<-inStep
+	e.Close()
+	for i, j := range js {
+		var end *genEvent
+		for end == nil {
+			select {
+			case ev := <-j.events:
+				if ev.done {
+					end = &ev
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("sequence %d: no end after Close", i)
+			}
+		}
+		if !errors.Is(end.err, ErrClosed) {
+			t.Errorf("sequence %d ended with %v, want ErrClosed", i, end.err)
+		}
 	}
 }
