@@ -627,3 +627,45 @@ func TestCloseEndsQueuedSequences(t *testing.T) {
 		}
 	}
 }
+
+// A weight update lands while the batch is full: the engine takes it
+// between decode steps instead of after the batch drains.
+func TestSwapLandsWhileTheBatchIsFull(t *testing.T) {
+	s := newTestServer(t, func(c *Config) { c.MaxBatch = 1 })
+	dir2 := filepath.Join(t.TempDir(), "v2")
+	writeTiny(t, dir2, 77)
+	ctx := context.Background()
+	var mu sync.Mutex
+	steps, swappedAt := 0, -1
+	testHookAfterGrouping = func(e *Engine) {
+		mu.Lock()
+		defer mu.Unlock()
+		steps++
+		if swappedAt < 0 && e.current.version == "v2" {
+			swappedAt = steps
+		}
+		time.Sleep(time.Millisecond) // room for the swap to arrive
+	}
+	defer func() { testHookAfterGrouping = nil }()
+	j := &genJob{ctx: ctx, prompt: prompt, maxTokens: 400, ignoreEOS: true, events: make(chan genEvent, 1024), params: samplingParams{Temperature: 0}}
+	if err := s.eng.submit(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	<-j.events // decoding
+	swapped := make(chan error, 1)
+	go func() { swapped <- s.eng.Swap(ctx, dir2, "v2") }()
+	for ev := range j.events {
+		if ev.done {
+			break
+		}
+	}
+	if err := <-swapped; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if swappedAt < 0 {
+		t.Fatalf("the swap waited for the full batch's %d decode steps to end", steps)
+	}
+	t.Logf("swapped before decode step %d of %d", swappedAt, steps)
+}
