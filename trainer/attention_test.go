@@ -373,7 +373,8 @@ func checkAttentionPath(t *testing.T, what string, archs []Arch, seed uint64, in
 // graph) gives the logits of attention on repeated ones — packed rows with
 // padding, whole and in blocks of three queries — and the same logits when
 // decoding from a cache (one query against the cached keys, sequences of
-// different lengths batched). (Its gradients matched too to 1e-5 while
+// different lengths batched), with the matmul path and, where libtorch
+// has it, the fused op. (Its gradients matched too to 1e-5 while
 // training used it; see groupedAttention for why it no longer does.)
 func TestGroupedAttentionMatchesRepeated(t *testing.T) {
 	defer func(grouped, fused bool, chunk int64) { useGrouped, useSDPA, attentionChunk = grouped, fused, chunk }(useGrouped, useSDPA, attentionChunk)
@@ -414,8 +415,16 @@ func TestGroupedAttentionMatchesRepeated(t *testing.T) {
 		}
 		return out
 	}
-	want, got := decode(false), decode(true)
-	if d := maxAbsDiff([][][]float32{want}, [][][]float32{got}); d > 1e-5 {
-		t.Errorf("decoding: grouped attention's logits differ from repeated keys' by %g", d)
+	fusedToo := []bool{false}
+	useSDPA = true
+	if sdpaAvailable() { // the fused op's decode step attends grouped too (attendOneQuery)
+		fusedToo = append(fusedToo, true)
+	}
+	for _, fused := range fusedToo {
+		useSDPA = fused
+		want, got := decode(false), decode(true)
+		if d := maxAbsDiff([][][]float32{want}, [][][]float32{got}); d > 1e-5 {
+			t.Errorf("decoding (fused op %v): grouped attention's logits differ from repeated keys' by %g", fused, d)
+		}
 	}
 }

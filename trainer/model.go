@@ -459,7 +459,7 @@ func (m *Model) runTo(flat []int64, pos []float32, b, t int64, mask *attnMask, k
 		chunk = attentionChunk
 	}
 
-	grouped := groupedAttention(grad)
+	grouped := groupedAttention(grad, t)
 	x := must(ts.Embedding(m.embed, ids, -1, false, false))
 	drop(ids)
 	for li := range m.layers {
@@ -546,7 +546,7 @@ func (m *Model) runRecomputed(ids, cos, sin *ts.Tensor, mask *attnMask, head boo
 	// A mask of its own, built again when the backward pass needs it.
 	r := &recomputed{ids: ids, cos: cos, sin: sin, mask: &attnMask{m: m, qSegs: mask.qSegs, kSegs: mask.kSegs, past: mask.past}}
 	withoutGrad(func() {
-		grouped := groupedAttention(false)
+		grouped := groupedAttention(false, ids.MustSize()[1])
 		x := must(ts.Embedding(m.embed, ids, -1, false, false))
 		for li := range m.layers {
 			r.inputs = append(r.inputs, must(x.ShallowClone()))
@@ -592,7 +592,7 @@ func (m *Model) afterBackward() {
 		if t := x.MustSize()[1]; attentionChunk > 0 && t > attentionChunk && !sdpaAvailable() {
 			m.layers[li].recomputeBackward(x, g, r.cos, r.sin, r.mask, m.cfg.RMSNormEps, attentionChunk)
 		} else {
-			backwardAt(m.layers[li].forward(must(x.ShallowClone()), r.cos, r.sin, r.mask, nil, li, m.cfg.RMSNormEps, 0, groupedAttention(true)), g)
+			backwardAt(m.layers[li].forward(must(x.ShallowClone()), r.cos, r.sin, r.mask, nil, li, m.cfg.RMSNormEps, 0, groupedAttention(true, 0)), g)
 		}
 		drop(g)
 		gx := must(x.Grad(false))
@@ -1082,7 +1082,20 @@ func attendGrouped(q, k, v, mask *ts.Tensor, headDim int64, dt gotch.DType, rep 
 
 // attendOneQuery is attendGrouped for one query per row: q [B, H, 1, d],
 // k and v [B, H/rep, S, d], mask [B|1, 1, 1, S].
+//
+// Where libtorch has the fused op, it is that op on q viewed as [B, H/rep,
+// rep, d]: the rep query heads of a key/value head are its rep "query
+// positions", which the mask's one row reaches by broadcasting. Neither
+// the repeated keys and values (a copy of the whole cache per layer and
+// step, most of a decode step's time at long contexts) nor the products
+// are materialised.
 func attendOneQuery(q, k, v, mask *ts.Tensor, headDim int64, dt gotch.DType, b, kvh, rep, d int64) *ts.Tensor {
+	if sdpaAvailable() {
+		qg := must(q.View([]int64{b, kvh, rep, d}, false))
+		out := attend(qg, k, v, mask, headDim, dt)
+		drop(qg)
+		return must(out.View([]int64{b, kvh * rep, 1, d}, true))
+	}
 	qg := must(q.View([]int64{b, kvh, rep, 1, d}, false))
 	k5 := must(k.Unsqueeze(2, false)) // [B, H/rep, 1, S, d]
 	prod := must(qg.Mul(k5, false))
@@ -1100,11 +1113,16 @@ func attendOneQuery(q, k, v, mask *ts.Tensor, headDim int64, dt gotch.DType, b, 
 
 // groupedAttention says whether the layers of a forward pass attend with
 // attendGrouped (keys and values as cached, not repeated per query head),
-// given whether the pass builds a graph (grad, read once per pass): in
-// passes without one (decoding, prefill, scoring) where attention is
-// matmul and softmax (libtorch 1.13, or the fused op turned off). The fused op
-// takes repeated keys and values (gotch's wrapper has no enable_gqa), and
-// its causal form has no mask to broadcast. Training keeps the repeated
+// given whether the pass builds a graph (grad, read once per pass) and
+// its queries per row (t): in passes without one (decoding, prefill,
+// scoring) where attention is matmul and softmax (libtorch 1.13, or the
+// fused op turned off), and in decode steps (t = 1) where it is the fused
+// op. gotch's wrapper of the fused op has no enable_gqa; with one query
+// per row, a key/value head's query heads stand in for query positions
+// (attendOneQuery) and the mask's one row broadcasts over them. With many
+// queries that would need the mask repeated per query head, larger than
+// the keys and values it saves repeating, and the causal form has no mask
+// to broadcast, so those passes keep repeated keys. Training keeps the repeated
 // form: it gained nothing measurable from the grouped one (0.97–1.04× in
 // BenchmarkGroupedAttention), and both base-model builds made with it
 // came out far worse (oracle-hinted success 14.5% and 24.0% against
@@ -1113,7 +1131,9 @@ func attendOneQuery(q, k, v, mask *ts.Tensor, headDim int64, dt gotch.DType, b, 
 // logits and gradients agree to 1e-5 in every test; no cause is found, so
 // it stays out of training. useGrouped turns it off (tests
 // compare both; SEEDCTL_GQA=0 for a whole process).
-func groupedAttention(grad bool) bool { return useGrouped && !grad && !sdpaAvailable() }
+func groupedAttention(grad bool, t int64) bool {
+	return useGrouped && !grad && (!sdpaAvailable() || t == 1)
+}
 
 var useGrouped = os.Getenv("SEEDCTL_GQA") != "0"
 
