@@ -318,9 +318,13 @@ func (m *Model) prefillBatch(cs []*SeqCache, prompts [][]int, t int) (out [][]fl
 // decodeGroup is the keys and values of the sequences one DecodeBatch
 // advanced, kept batched per layer as [B, nKV, smax, hd] (each row's past
 // right-aligned, zeros to its left), so that the next step over the same
-// sequences appends one column per layer — two ops — instead of padding
-// and concatenating every sequence's cache again (about eight ops per
+// sequences appends one column per layer instead of padding and
+// concatenating every sequence's cache again (about eight ops per
 // sequence and layer, the batched decode's main cost at 64 sequences).
+// The columns live in a buffer with room after them (columns off …
+// off+smax of k[li], v[li]): a step writes its column in place, where a
+// concatenation copied the whole cache at every layer and step (the cost
+// that grows with the context: 64 self-analysis prompts of ~750 tokens).
 // Members' own caches are empty meanwhile; a sequence used any other way
 // (Extend, Fork, Free, another batch) takes its row back first (detach).
 // When some members stop (finished requests), the rows of the rest are
@@ -328,11 +332,56 @@ func (m *Model) prefillBatch(cs []*SeqCache, prompts [][]int, t int) (out [][]fl
 type decodeGroup struct {
 	seqs []*SeqCache // by row; nil where a member left
 	k, v []*ts.Tensor
+	off  int // the first column of the window in k[li], v[li]
 	smax int
 	lens []int // each row's cached positions
 	// fresh: the tensors are built in this step's forward from the
 	// members' own caches (a new group).
 	fresh bool
+}
+
+// decodeRoom is the columns a decode group's buffers hold beyond what
+// its sequences use when they are (re)allocated: one reallocation and
+// copy per that many steps.
+const decodeRoom = 64
+
+// window is layer li's keys and values as the sequences have them: views
+// [B, nKV, smax+extra, hd] of the buffers (extra: columns just written).
+func (g *decodeGroup) window(li, extra int) (*ts.Tensor, *ts.Tensor) {
+	n := int64(g.smax + extra)
+	return must(g.k[li].Narrow(2, int64(g.off), n, false)), must(g.v[li].Narrow(2, int64(g.off), n, false))
+}
+
+// reserve makes room for t more columns in every layer's buffers (moving
+// the window to the start when it has to reallocate). It runs before a
+// step's forward, so all layers share one off.
+func (g *decodeGroup) reserve(t int) {
+	if g.fresh || g.k[0] == nil || g.off+g.smax+t <= int(g.k[0].MustSize()[2]) {
+		return // a fresh group's buffers are built with room (extend)
+	}
+	withoutGrad(func() {
+		for li := range g.k {
+			for _, b := range []**ts.Tensor{&g.k[li], &g.v[li]} {
+				*b = withRoom(*b, g.off, g.smax, g.smax+t+decodeRoom)
+			}
+		}
+	})
+	g.off = 0
+}
+
+// withRoom copies columns off … off+n of buf ([B, nKV, S, hd], freed)
+// into the first n columns of a new [B, nKV, width, hd] tensor.
+func withRoom(buf *ts.Tensor, off, n, width int) *ts.Tensor {
+	sz := buf.MustSize()
+	out := must(ts.Empty([]int64{sz[0], sz[1], int64(width), sz[3]}, buf.DType(), buf.MustDevice()))
+	if n > 0 {
+		dst := must(out.Narrow(2, 0, int64(n), false))
+		src := must(buf.Narrow(2, int64(off), int64(n), false))
+		dst.Copy_(src)
+		drop(dst, src)
+	}
+	drop(buf)
+	return out
 }
 
 // rowOf is row b's n positions (of smax, right-aligned) as its own tensor.
@@ -365,7 +414,7 @@ func (g *decodeGroup) detach(c *SeqCache) {
 	if n := g.lens[b]; n > 0 {
 		// After a failed step the new column may be in some layers: the
 		// row is the n positions after the padding either way.
-		pad := int64(g.smax - n)
+		pad := int64(g.off + g.smax - n)
 		withoutGrad(func() {
 			for li := range g.k {
 				if g.k[li] == nil {
@@ -404,9 +453,6 @@ func (g *decodeGroup) keep(rows []int) {
 		for li := range g.k {
 			for _, t := range []**ts.Tensor{&g.k[li], &g.v[li]} {
 				sel := must((*t).IndexSelect(0, at, false))
-				if trim := int64(g.smax - smax); trim > 0 {
-					sel = must(sel.Narrow(2, trim, int64(smax), true))
-				}
 				drop(*t)
 				*t = sel
 			}
@@ -418,25 +464,40 @@ func (g *decodeGroup) keep(rows []int) {
 		seqs[i], lens[i] = g.seqs[r], g.lens[r]
 		seqs[i].row = i
 	}
-	g.seqs, g.lens, g.smax = seqs, lens, smax
+	// The left padding no remaining row needs is skipped, not cut.
+	g.seqs, g.lens, g.off, g.smax = seqs, lens, g.off+g.smax-smax, smax
 }
 
 // extend appends this step's keys and values (one column per row) and
 // returns the batch's K, V. A fresh group first gathers the members' own
-// caches, left-padded to the longest, and frees them.
+// caches, left-padded to the longest, and frees them. The group's first
+// keys (a batched prefill's, or empty members') become its buffers as
+// they are; the next step's reserve gives them room.
 func (g *decodeGroup) extend(li int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
 	if g.fresh && g.smax > 0 {
 		ks, vs := make([]*ts.Tensor, len(g.seqs)), make([]*ts.Tensor, len(g.seqs))
 		for b, c := range g.seqs {
 			ks[b], vs[b] = c.k[li], c.v[li]
 		}
-		g.k[li], g.v[li] = leftPadded(ks, g.lens, g.smax, k), leftPadded(vs, g.lens, g.smax, v)
+		pk, pv := leftPadded(ks, g.lens, g.smax, k), leftPadded(vs, g.lens, g.smax, v)
+		g.k[li], g.v[li] = withRoom(pk, 0, g.smax, g.smax+decodeRoom), withRoom(pv, 0, g.smax, g.smax+decodeRoom)
+		g.off = 0
 		for _, c := range g.seqs {
 			drop(c.k[li], c.v[li])
 			c.k[li], c.v[li] = nil, nil
 		}
 	}
-	return appendKV(&g.k[li], &g.v[li], k, v)
+	if g.k[li] == nil {
+		return appendKV(&g.k[li], &g.v[li], k, v)
+	}
+	t := int(k.MustSize()[2])
+	for _, p := range [][2]*ts.Tensor{{g.k[li], k}, {g.v[li], v}} {
+		col := must(p[0].Narrow(2, int64(g.off+g.smax), int64(t), false))
+		col.Copy_(p[1])
+		drop(col)
+	}
+	drop(k, v)
+	return g.window(li, t)
 }
 
 // leftPadded stacks one layer's rows [1, nKV, lens[i], hd] (nil where
@@ -551,6 +612,7 @@ func (m *Model) DecodeBatch(cs []*SeqCache, ids []int) (out [][]float32, err err
 	withoutGrad(func() {
 		mask := &attnMask{full: upload(vals, []int64{int64(b), 1, 1, int64(smax + 1)}, m.device)}
 		g = decodeGroupFor(cs, len(m.layers))
+		g.reserve(1)
 		logits := m.run(flat, pos, int64(b), 1, mask, g)
 		g.smax++
 		for i := range g.lens {

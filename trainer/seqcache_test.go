@@ -364,3 +364,80 @@ func TestOwnLetsTheGroupGo(t *testing.T) {
 	cs[1].Free()
 	alone.Free()
 }
+
+// TestDecodeGroupOutgrowsItsRoom: a group decodes past its buffers' spare
+// columns more than once (each time they are reallocated and the window
+// moved to the start), with rows leaving in between (the window's offset
+// skips the padding no one needs), and every sequence still decodes what
+// it would alone; nothing is left once all are freed.
+func TestDecodeGroupOutgrowsItsRoom(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	for _, arch := range []Arch{ArchQwen2, ArchLlama} {
+		m, _ := newTiny(t, arch, 23)
+		base := LiveTensors()
+		prompts := [][]int{{5, 9, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {42}, {8, 8, 3, 1}}
+		caches := make([]*SeqCache, len(prompts))
+		next := make([]int, len(prompts))
+		got := make([][]int, len(prompts))
+		for i, p := range prompts {
+			caches[i] = m.NewSeqCache()
+			last, err := m.Extend(caches[i], p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next[i] = argmax(last)
+			got[i] = []int{next[i]}
+		}
+		rows := []int{0, 1, 2, 3}
+		steps := 2*decodeRoom + 7
+		for s := 0; s < steps; s++ {
+			switch s {
+			case decodeRoom - 20:
+				rows = []int{0, 2, 3} // the longest row leaves: the window's offset moves
+			case decodeRoom + 30:
+				rows = []int{0, 3}
+			}
+			cs, ids := make([]*SeqCache, len(rows)), make([]int, len(rows))
+			for k, i := range rows {
+				cs[k], ids[k] = caches[i], next[i]
+			}
+			logits, err := m.DecodeBatch(cs, ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, i := range rows {
+				next[i] = argmax(logits[k])
+				got[i] = append(got[i], next[i])
+			}
+		}
+		for i, p := range prompts {
+			want, err := m.Greedy(p, len(got[i]), nil, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got[i]) != fmt.Sprint(want) {
+				t.Errorf("%s sequence %d (%d tokens): batched %v, alone %v", arch, i, len(got[i]), got[i], want)
+			}
+			// Taken out of the group, its cache still extends like a full forward.
+			seq := caches[i].Tokens()
+			ext, err := m.Extend(caches[i], []int{next[i]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			full, _ := m.Logits(Input{IDs: [][]int{append(seq, next[i])}})
+			d := 0.0
+			for v := range ext {
+				d = math.Max(d, math.Abs(float64(ext[v]-full[0][len(seq)][v])))
+			}
+			if d > 1e-4 {
+				t.Errorf("%s sequence %d: cached logits differ from a full forward by %g", arch, i, d)
+			}
+		}
+		for _, c := range caches {
+			c.Free()
+		}
+		if n := LiveTensors(); n != base {
+			t.Errorf("%s: %d tensors live after every cache was freed, %d before", arch, n, base)
+		}
+	}
+}
