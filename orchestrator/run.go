@@ -810,8 +810,20 @@ func (r *run) iterate(ctx context.Context, k int) error {
 	vals["rollout_s"] = time.Since(t0).Seconds()
 	r.phase(k, "rollout")
 
-	// Skills.
+	// The plain rows and their log-probs need no skills: they are scored
+	// while SEED's analysis finishes (for GRPO, right away).
 	t1 := time.Now()
+	plainCtx, stopPlain := context.WithCancel(ctx)
+	plainCh := r.startPlain(plainCtx, trajs)
+	plainTaken := false
+	defer func() {
+		stopPlain()
+		if !plainTaken {
+			<-plainCh // the learner is not left busy behind an error
+		}
+	}()
+
+	// Skills.
 	var recs []skills.Record
 	sks := map[string]*skills.Skill{}
 	if pipe != nil {
@@ -852,9 +864,17 @@ func (r *run) iterate(ctx context.Context, k int) error {
 	vals["analysis_s"] = time.Since(t1).Seconds()
 	r.phase(k, "analysis")
 
-	// Rows, teacher contexts and rescoring.
+	// Rows, teacher contexts and rescoring. rescore_s is what this phase
+	// adds after the analysis; plain_rescore_s the plain rows' scoring
+	// wherever it ran.
 	t2 := time.Now()
-	rows, err := r.buildRows(ctx, trajs, sks, vals)
+	plain := <-plainCh
+	plainTaken = true
+	if plain.err != nil {
+		return fmt.Errorf("plain rows: %w", plain.err)
+	}
+	vals["plain_rescore_s"] = plain.set.took.Seconds()
+	rows, err := r.buildRows(ctx, trajs, plain.set, sks, vals)
 	if err != nil {
 		return err
 	}
@@ -1000,11 +1020,113 @@ func (r *run) iterationAnalyzer(k int) (skills.Analyzer, error) {
 	}
 }
 
-// buildRows makes the training rows: plain sequences with advantages,
-// teacher log-probs on distilled tokens, reference log-probs for the KL.
-func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, sks map[string]*skills.Skill, vals iterStats) ([]Row, error) {
+// plainSet is what the training rows need that skills do not change: each
+// trajectory's plain rows with their advantages and, for the rows sure to
+// be trained, the current policy's and the reference's log-probs. SEED
+// computes it while the hindsight analysis still decodes on the inference
+// server (startPlain), so the trainer's forward passes run beside the
+// server's instead of after them.
+type plainSet struct {
+	rows [][]Row // by trajectory of the rollout; nil for a broken environment's episode
+	gs   GroupStats
+	gap  float64 // the largest |ℓold(server) − ℓold(trainer)| of a scored trained token
+	took time.Duration
+}
+
+// scoredEarly says whether startPlain scores a row: every row unless flat
+// rows may be dropped (those are scored once it is known they stay).
+func (r *run) scoredEarly(row *Row) bool {
+	return r.cfg.RL.DropFlat == "" || !row.flat()
+}
+
+// startPlain builds and scores the plain rows of trajs in the background;
+// the channel yields one result. The learner is busy until it does.
+func (r *run) startPlain(ctx context.Context, trajs []*rollout.Trajectory) <-chan plainResult {
+	ch := make(chan plainResult, 1)
+	go func() {
+		p, err := r.scorePlain(ctx, trajs)
+		ch <- plainResult{p, err}
+	}()
+	return ch
+}
+
+type plainResult struct {
+	set *plainSet
+	err error
+}
+
+func (r *run) scorePlain(ctx context.Context, trajs []*rollout.Trajectory) (*plainSet, error) {
+	t0 := time.Now()
 	adv, gs := StepAdvantages(trajs, r.cfg.advantageParams())
-	vals["flat_group_share"], vals["flat_failing_share"], vals["flat_winning_share"] = gs.Flat, gs.FlatFailing, gs.FlatWinning
+	p := &plainSet{rows: make([][]Row, len(trajs)), gs: gs}
+	var early []*Row
+	for i, t := range trajs {
+		if t.EnvError != "" {
+			continue // a broken environment's episode is not evidence
+		}
+		tr, err := plainRows(t, adv[t.ID])
+		if err != nil {
+			return nil, err
+		}
+		p.rows[i] = tr
+		for k := range tr {
+			if r.scoredEarly(&tr[k]) {
+				early = append(early, &tr[k])
+			}
+		}
+	}
+	gap, err := r.scoreRows(ctx, early)
+	if err != nil {
+		return nil, err
+	}
+	p.gap, p.took = gap, time.Since(t0)
+	return p, nil
+}
+
+// scoreRows fills rows' sampling log-probs as the trainer computes them
+// (unless the server's are kept) and the reference's (with a KL term),
+// and returns the largest gap between the server's and the trainer's
+// log-prob of a trained token.
+func (r *run) scoreRows(ctx context.Context, rows []*Row) (float64, error) {
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	seqs := make([][]int, len(rows))
+	for i, row := range rows {
+		seqs[i] = row.IDs
+	}
+	gap := 0.0
+	if !r.cfg.RL.ServerOldLogP {
+		cur, err := r.learner.Rescore(ctx, seqs)
+		if err != nil {
+			return 0, fmt.Errorf("recomputing sampling log-probs: %w", err)
+		}
+		for i, row := range rows {
+			for k, tr := range row.Train {
+				if tr {
+					gap = math.Max(gap, math.Abs(float64(cur[i][k]-row.OldLogP[k])))
+				}
+			}
+			row.OldLogP = cur[i]
+		}
+	}
+	if r.cfg.RL.KLCoef > 0 {
+		ref, err := r.learner.RescoreRef(ctx, seqs)
+		if err != nil {
+			return 0, fmt.Errorf("reference rescoring: %w", err)
+		}
+		for i, row := range rows {
+			row.RefLogP = ref[i]
+		}
+	}
+	return gap, nil
+}
+
+// buildRows makes the training rows from the plain set: teacher log-probs
+// on distilled tokens, flat rows dropped where configured, and the
+// log-probs of the rows startPlain left unscored.
+func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, p *plainSet, sks map[string]*skills.Skill, vals iterStats) ([]Row, error) {
+	vals["flat_group_share"], vals["flat_failing_share"], vals["flat_winning_share"] = p.gs.Flat, p.gs.FlatFailing, p.gs.FlatWinning
 	mode, _ := skills.ParseMode(r.cfg.SkillMode)
 	tmpl, err := rollout.TemplateFor(r.env.Name).WithPlacesLine(r.cfg.Rollout.PlacesLine)
 	if err != nil {
@@ -1018,13 +1140,10 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, sks ma
 	var teacherSeqs [][]int
 	var pend []pending
 	fallbacks := 0
-	for _, t := range trajs {
+	for i, t := range trajs {
+		tr := p.rows[i]
 		if t.EnvError != "" {
-			continue // a broken environment's episode is not evidence
-		}
-		tr, err := plainRows(t, adv[t.ID])
-		if err != nil {
-			return nil, err
+			continue
 		}
 		if sk := sks[t.ID]; sk != nil {
 			tc, err := skills.BuildTeacher(t, sk, mode, tmpl, r.policy)
@@ -1063,34 +1182,19 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, sks ma
 	if len(rows) == 0 {
 		return nil, nil
 	}
-	seqs := make([][]int, len(rows))
+	// Rows kept for a distilled token though flat were not scored early.
+	var late []*Row
 	for i := range rows {
-		seqs[i] = rows[i].IDs
+		if !r.scoredEarly(&rows[i]) {
+			late = append(late, &rows[i])
+		}
+	}
+	gap, err := r.scoreRows(ctx, late)
+	if err != nil {
+		return nil, err
 	}
 	if !r.cfg.RL.ServerOldLogP {
-		cur, err := r.learner.Rescore(ctx, seqs)
-		if err != nil {
-			return nil, fmt.Errorf("recomputing sampling log-probs: %w", err)
-		}
-		gap := 0.0
-		for i := range rows {
-			for k, tr := range rows[i].Train {
-				if tr {
-					gap = math.Max(gap, math.Abs(float64(cur[i][k]-rows[i].OldLogP[k])))
-				}
-			}
-			rows[i].OldLogP = cur[i]
-		}
-		vals["old_logp_max_gap"] = gap
-	}
-	if r.cfg.RL.KLCoef > 0 {
-		ref, err := r.learner.RescoreRef(ctx, seqs)
-		if err != nil {
-			return nil, fmt.Errorf("reference rescoring: %w", err)
-		}
-		for i := range rows {
-			rows[i].RefLogP = ref[i]
-		}
+		vals["old_logp_max_gap"] = max(p.gap, gap)
 	}
 	vals["rows"] = float64(len(rows))
 	vals["teacher_sequences"] = float64(len(teacherSeqs))
