@@ -24,18 +24,7 @@ func TestDecodeBatchEqualsGreedy(t *testing.T) {
 	for _, arch := range []Arch{ArchQwen2, ArchQwen3, ArchLlama} {
 		m, _ := newTiny(t, arch, 31)
 		prompts := [][]int{{5, 9, 2}, {1, 2, 3, 4, 5, 6, 7}, {42}}
-		caches := make([]*SeqCache, len(prompts))
-		next := make([]int, len(prompts))
-		got := make([][]int, len(prompts))
-		for i, p := range prompts {
-			caches[i] = m.NewSeqCache()
-			last, err := m.Extend(caches[i], p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			next[i] = argmax(last)
-			got[i] = []int{next[i]}
-		}
+		caches, next, got := prefilled(t, m, prompts)
 		const steps = 10
 		for s := 0; s < steps; s++ {
 			logits, err := m.DecodeBatch(caches, next)
@@ -128,18 +117,7 @@ func TestDecodeGroupsFollowMembership(t *testing.T) {
 	}
 	step := func(rows ...int) {
 		t.Helper()
-		cs, ids := make([]*SeqCache, len(rows)), make([]int, len(rows))
-		for k, i := range rows {
-			cs[k], ids[k] = caches[i], next[i]
-		}
-		logits, err := m.DecodeBatch(cs, ids)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k, i := range rows {
-			next[i] = argmax(logits[k])
-			got[i] = append(got[i], next[i])
-		}
+		greedyStep(t, m, caches, next, got, rows...)
 	}
 	start(0)
 	start(1)
@@ -376,18 +354,7 @@ func TestDecodeGroupOutgrowsItsRoom(t *testing.T) {
 		m, _ := newTiny(t, arch, 23)
 		base := LiveTensors()
 		prompts := [][]int{{5, 9, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {42}, {8, 8, 3, 1}}
-		caches := make([]*SeqCache, len(prompts))
-		next := make([]int, len(prompts))
-		got := make([][]int, len(prompts))
-		for i, p := range prompts {
-			caches[i] = m.NewSeqCache()
-			last, err := m.Extend(caches[i], p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			next[i] = argmax(last)
-			got[i] = []int{next[i]}
-		}
+		caches, next, got := prefilled(t, m, prompts)
 		rows := []int{0, 1, 2, 3}
 		steps := 2*decodeRoom + 7
 		for s := 0; s < steps; s++ {
@@ -397,18 +364,7 @@ func TestDecodeGroupOutgrowsItsRoom(t *testing.T) {
 			case decodeRoom + 30:
 				rows = []int{0, 3}
 			}
-			cs, ids := make([]*SeqCache, len(rows)), make([]int, len(rows))
-			for k, i := range rows {
-				cs[k], ids[k] = caches[i], next[i]
-			}
-			logits, err := m.DecodeBatch(cs, ids)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for k, i := range rows {
-				next[i] = argmax(logits[k])
-				got[i] = append(got[i], next[i])
-			}
+			greedyStep(t, m, caches, next, got, rows...)
 		}
 		for i, p := range prompts {
 			want, err := m.Greedy(p, len(got[i]), nil, false)
@@ -439,5 +395,41 @@ func TestDecodeGroupOutgrowsItsRoom(t *testing.T) {
 		if n := LiveTensors(); n != base {
 			t.Errorf("%s: %d tensors live after every cache was freed, %d before", arch, n, base)
 		}
+	}
+}
+
+// prefilled gives each prompt its own cache, extended by the prompt, with
+// the greedy next token (next) and the tokens decoded so far (got: that
+// one).
+func prefilled(t *testing.T, m *Model, prompts [][]int) (caches []*SeqCache, next []int, got [][]int) {
+	t.Helper()
+	caches, next, got = make([]*SeqCache, len(prompts)), make([]int, len(prompts)), make([][]int, len(prompts))
+	for i, p := range prompts {
+		caches[i] = m.NewSeqCache()
+		last, err := m.Extend(caches[i], p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next[i] = argmax(last)
+		got[i] = []int{next[i]}
+	}
+	return caches, next, got
+}
+
+// greedyStep decodes the given rows (indexes into caches) as one batch,
+// feeding each its next token, and records the greedy tokens that follow.
+func greedyStep(t *testing.T, m *Model, caches []*SeqCache, next []int, got [][]int, rows ...int) {
+	t.Helper()
+	cs, ids := make([]*SeqCache, len(rows)), make([]int, len(rows))
+	for k, i := range rows {
+		cs[k], ids[k] = caches[i], next[i]
+	}
+	logits, err := m.DecodeBatch(cs, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, i := range rows {
+		next[i] = argmax(logits[k])
+		got[i] = append(got[i], next[i])
 	}
 }
