@@ -317,6 +317,17 @@ func (r *run) serve(ctx context.Context, dir string) error {
 	return nil
 }
 
+// releaseServer has a server that shares the trainer's accelerators give
+// its memory back before training (colocated vLLM sleeps, SGLang releases
+// its weights and KV cache; the next publish takes them back, as serve
+// does after every update). Other servers do nothing.
+func (r *run) releaseServer(ctx context.Context, before string) error {
+	if err := r.backend.Release(ctx); err != nil {
+		return fmt.Errorf("releasing the inference server's memory before %s: %w", before, err)
+	}
+	return nil
+}
+
 // probeText is what verifyServed scores: any text the tokenizer encodes.
 const probeText = "You are in the middle of a room. Your task is to: put a clean mug in cabinet. You arrive at cabinet 1. The cabinet 1 is closed."
 
@@ -508,6 +519,9 @@ func (r *run) stage1(ctx context.Context) error {
 		acting := actingExamples(trajs, n, r.cfg.Seed, r.cfg.Stage1.MaxLen)
 		r.log.Info().Int("skill_examples", len(data)).Int("acting_examples", len(acting)).Msg("stage-1 data")
 		data = append(data, acting...)
+	}
+	if err := r.releaseServer(ctx, "stage-1 fine-tuning"); err != nil {
+		return err
 	}
 	l, err := r.deps.NewLearner(r.cfg.learnerSpec(r.dir.abs(r.st.Checkpoint), r.dir.abs(r.st.Reference)))
 	if err != nil {
@@ -884,6 +898,9 @@ func (r *run) iterate(ctx context.Context, k int) error {
 	// Update.
 	t3 := time.Now()
 	if len(rows) > 0 {
+		if err := r.releaseServer(ctx, "the update"); err != nil {
+			return err
+		}
 		if err := r.update(ctx, k, rows, vals); err != nil {
 			return err
 		}

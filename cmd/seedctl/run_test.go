@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -718,5 +719,106 @@ func TestGPURanksDevicesAndBackend(t *testing.T) {
 		if (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
 			t.Errorf("%+v: %v, want %q", c.o, err, c.err)
 		}
+	}
+}
+
+// callLog records, in order, what the run asked of the server and the
+// trainer.
+type callLog struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *callLog) add(s string) {
+	c.mu.Lock()
+	c.calls = append(c.calls, s)
+	c.mu.Unlock()
+}
+
+type loggedBackend struct {
+	inference.Backend
+	log *callLog
+}
+
+func (b loggedBackend) Generate(ctx context.Context, reqs []inference.GenRequest) ([]inference.GenResult, error) {
+	b.log.add("generate")
+	return b.Backend.Generate(ctx, reqs)
+}
+
+func (b loggedBackend) Release(ctx context.Context) error {
+	b.log.add("release")
+	return b.Backend.Release(ctx)
+}
+
+func (b loggedBackend) Publish(ctx context.Context, dir, version string) error {
+	b.log.add("publish")
+	return b.Backend.Publish(ctx, dir, version)
+}
+
+type loggedLearner struct {
+	orchestrator.Learner
+	log *callLog
+}
+
+func (l loggedLearner) Step(ctx context.Context, rows []orchestrator.Row, lr float64) (orchestrator.StepStats, error) {
+	l.log.add("train")
+	return l.Learner.Step(ctx, rows, lr)
+}
+
+func (l loggedLearner) SFT(ctx context.Context, data []orchestrator.SFTExample, opt orchestrator.SFTOptions, progress func(step, steps int, loss float64)) error {
+	l.log.add("train")
+	return l.Learner.SFT(ctx, data, opt, progress)
+}
+
+// TestRunReleasesTheServerToTrain: a server colocated with the trainer
+// gives its memory back before stage 1's fine-tuning and before every
+// update, and is never asked to generate until a publish has taken it
+// back: between a release and the next publish the run only trains.
+func TestRunReleasesTheServerToTrain(t *testing.T) {
+	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
+	cfg.Iterations = 2
+	log := &callLog{}
+	open := openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())
+	learners := newLearner("cpu")
+	deps := orchestrator.Deps{Log: zerolog.Nop(),
+		NewLearner: func(spec orchestrator.LearnerSpec) (orchestrator.Learner, error) {
+			l, err := learners(spec)
+			if err != nil {
+				return nil, err
+			}
+			return loggedLearner{l, log}, nil
+		},
+		OpenBackend: func(ctx context.Context, dir string) (inference.Backend, error) {
+			b, err := open(ctx, dir)
+			if err != nil {
+				return nil, err
+			}
+			return loggedBackend{b, log}, nil
+		}}
+	if _, err := orchestrator.Start(context.Background(), cfg, deps); err != nil {
+		t.Fatal(err)
+	}
+	asleep, trainings, releases := false, 0, 0
+	for i, c := range log.calls {
+		switch c {
+		case "release":
+			asleep = true
+			releases++
+		case "publish":
+			asleep = false
+		case "generate":
+			if asleep {
+				t.Fatalf("call %d: generation asked of a released server (%v)", i, log.calls)
+			}
+		case "train":
+			if !asleep {
+				t.Fatalf("call %d: training beside a server that holds its memory (%v)", i, log.calls)
+			}
+			trainings++
+		}
+	}
+	// Stage 1, then at least one optimizer step in each of two iterations.
+	if releases != 3 || trainings < 3 {
+		t.Errorf("%d releases and %d training calls, want 3 and at least 3: %v", releases, trainings, log.calls)
 	}
 }
