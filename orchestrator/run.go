@@ -1158,10 +1158,10 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, p *pla
 	var pend []pending
 	fallbacks := 0
 	for i, t := range trajs {
-		tr := p.rows[i]
 		if t.EnvError != "" {
-			continue
+			continue // no rows (scorePlain)
 		}
+		tr := p.rows[i]
 		if sk := sks[t.ID]; sk != nil {
 			tc, err := skills.BuildTeacher(t, sk, mode, tmpl, r.policy)
 			if err != nil {

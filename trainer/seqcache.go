@@ -202,7 +202,7 @@ func (s *raggedStore) extend(li int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
 	for i, c := range s.cs {
 		lens[i], ks[i], vs[i] = c.Len(), c.k[li], c.v[li]
 	}
-	pk, pv := leftPadded(ks, lens, s.pmax, k), leftPadded(vs, lens, s.pmax, v)
+	pk, pv := leftPadded(ks, lens, s.pmax, 0, k), leftPadded(vs, lens, s.pmax, 0, v)
 	K := must(ts.Cat([]*ts.Tensor{pk, k}, 2))
 	V := must(ts.Cat([]*ts.Tensor{pv, v}, 2))
 	drop(pk, pv, k, v)
@@ -479,8 +479,7 @@ func (g *decodeGroup) extend(li int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
 		for b, c := range g.seqs {
 			ks[b], vs[b] = c.k[li], c.v[li]
 		}
-		pk, pv := leftPadded(ks, g.lens, g.smax, k), leftPadded(vs, g.lens, g.smax, v)
-		g.k[li], g.v[li] = withRoom(pk, 0, g.smax, g.smax+decodeRoom), withRoom(pv, 0, g.smax, g.smax+decodeRoom)
+		g.k[li], g.v[li] = leftPadded(ks, g.lens, g.smax, decodeRoom, k), leftPadded(vs, g.lens, g.smax, decodeRoom, v)
 		g.off = 0
 		for _, c := range g.seqs {
 			drop(c.k[li], c.v[li])
@@ -501,28 +500,21 @@ func (g *decodeGroup) extend(li int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
 }
 
 // leftPadded stacks one layer's rows [1, nKV, lens[i], hd] (nil where
-// lens[i] is 0) into [B, nKV, width, hd], each right-aligned after zeros in
-// like's dtype and device.
-func leftPadded(rows []*ts.Tensor, lens []int, width int, like *ts.Tensor) *ts.Tensor {
+// lens[i] is 0) into a zeroed [B, nKV, width+room, hd] in like's dtype and
+// device, each right-aligned to end at column width; the room columns
+// after it are for the steps to come (a decode group's buffers).
+func leftPadded(rows []*ts.Tensor, lens []int, width, room int, like *ts.Tensor) *ts.Tensor {
 	sz := like.MustSize() // [B, nKV, T, hd]
-	parts := make([]*ts.Tensor, len(rows))
-	var owned []*ts.Tensor
+	out := must(ts.Zeros([]int64{int64(len(rows)), sz[1], int64(width + room), sz[3]}, like.DType(), like.MustDevice()))
 	for i, r := range rows {
-		pad := width - lens[i]
-		if pad == 0 {
-			parts[i] = r
+		if lens[i] == 0 {
 			continue
 		}
-		z := must(ts.Zeros([]int64{1, sz[1], int64(pad), sz[3]}, like.DType(), like.MustDevice()))
-		owned = append(owned, z)
-		parts[i] = z
-		if lens[i] > 0 {
-			parts[i] = must(ts.Cat([]*ts.Tensor{z, r}, 2))
-			owned = append(owned, parts[i])
-		}
+		row := must(out.Narrow(0, int64(i), 1, false))
+		dst := must(row.Narrow(2, int64(width-lens[i]), int64(lens[i]), false))
+		dst.Copy_(r)
+		drop(dst, row)
 	}
-	out := must(ts.Cat(parts, 0))
-	drop(owned...)
 	return out
 }
 
