@@ -33,8 +33,13 @@ type fakeServer struct {
 	failN      int
 	stale      bool // score with the old weights after publish
 	published  bool
-	updateOK   bool
-	srv        *httptest.Server
+	// sleeping: vLLM's sleep mode (POST /sleep until POST
+	// /wake_up?tags=kv_cache), reported by GET /is_sleeping; generation
+	// and scoring answer 503 meanwhile, as vLLM's protected endpoints do.
+	sleeping     bool
+	noIsSleeping bool // GET /is_sleeping answers 404 (vLLM outside dev mode)
+	updateOK     bool
+	srv          *httptest.Server
 }
 
 func newFake(t *testing.T) *fakeServer {
@@ -183,9 +188,29 @@ func (f *fakeServer) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	var body map[string]any
 	json.Unmarshal(raw, &body)
+	f.mu.Lock()
+	sleeping, noIsSleeping := f.sleeping, f.noIsSleeping
+	switch path {
+	case "/sleep?level=2":
+		f.sleeping = true
+	case "/wake_up?tags=kv_cache":
+		f.sleeping = false
+	}
+	f.mu.Unlock()
 	switch r.URL.Path {
 	case "/health":
+	case "/is_sleeping":
+		if noIsSleeping {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintf(w, `{"is_sleeping": %v}`, sleeping)
 	case "/v1/completions":
+		if sleeping {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, `{"error": {"message": "The model is sleeping. Please wake it up first."}}`)
+			return
+		}
 		f.completion(w, body)
 	case "/generate":
 		f.generate(w, body)
@@ -280,6 +305,85 @@ func TestVLLMReloadPublishSequence(t *testing.T) {
 	}
 	if got := f.log(); len(got) != 2 || !strings.HasPrefix(got[0], "POST /collective_rpc") {
 		t.Errorf("publish without release: %v", got)
+	}
+}
+
+// A colocated vLLM left asleep by an earlier process (put to sleep before
+// an update, then the process died) answers generation with 503s. A new
+// backend does not know; its first publish asks GET /is_sleeping and
+// wakes the server. Later publishes do not ask again.
+func TestVLLMFirstPublishWakesAServerLeftAsleep(t *testing.T) {
+	cases := []struct {
+		name         string
+		asleep       bool
+		noIsSleeping bool
+		failStatus   int
+		want         []string
+		wantErr      string
+	}{
+		{name: "asleep", asleep: true, want: []string{
+			"GET /is_sleeping",
+			"POST /wake_up?tags=weights",
+			`POST /collective_rpc {"method":"reload_weights"}`,
+			"POST /wake_up?tags=kv_cache",
+			"POST /reset_prefix_cache",
+		}},
+		{name: "awake", want: []string{
+			"GET /is_sleeping",
+			`POST /collective_rpc {"method":"reload_weights"}`,
+			"POST /reset_prefix_cache",
+		}},
+		{name: "no is_sleeping endpoint", noIsSleeping: true, want: []string{
+			"GET /is_sleeping",
+			`POST /collective_rpc {"method":"reload_weights"}`,
+			"POST /reset_prefix_cache",
+		}},
+		{name: "is_sleeping fails", failStatus: 400, want: []string{"GET /is_sleeping"},
+			wantErr: "asking vLLM whether it is asleep"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t)
+			f.sleeping, f.noIsSleeping = tc.asleep, tc.noIsSleeping
+			if tc.failStatus != 0 {
+				f.failPath, f.failStatus, f.failN = "/is_sleeping", tc.failStatus, 1
+			}
+			served := t.TempDir()
+			cfg := DefaultConfig("vllm")
+			cfg.BaseURL, cfg.Model, cfg.ServedDir, cfg.Colocated = f.srv.URL, "policy", served, true
+			cfg.RetryFor = 200 * time.Millisecond
+			b, err := NewRemote(cfg, testLog(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			err = b.Publish(ctx, served, "v1")
+			if got := f.log(); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Fatalf("vLLM calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("publish error %v, want one saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Generate(ctx, []GenRequest{{Prompt: []int{1}, MaxTokens: 3}}); err != nil {
+				t.Fatalf("generation after the publish: %v", err)
+			}
+			// The state is known now: the next publish does not ask.
+			f.mu.Lock()
+			f.calls = nil
+			f.mu.Unlock()
+			if err := b.Publish(ctx, served, "v2"); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.log(); len(got) != 2 || !strings.HasPrefix(got[0], "POST /collective_rpc") {
+				t.Errorf("second publish: %v", got)
+			}
+		})
 	}
 }
 

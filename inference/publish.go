@@ -102,8 +102,11 @@ type vllmBackend struct {
 	*openAICompat
 	mu       sync.Mutex
 	released bool
-	lora     string // adapter being served ("lora" mode)
-	stop     func() error
+	// known: released says the server's state (this process put it to
+	// sleep, woke it, or asked it once with GET /is_sleeping).
+	known bool
+	lora  string // adapter being served ("lora" mode)
+	stop  func() error
 }
 
 func (b *vllmBackend) Release(ctx context.Context) error {
@@ -119,7 +122,37 @@ func (b *vllmBackend) Release(ctx context.Context) error {
 	if err := b.http.do(ctx, "POST", "/sleep?level=2", nil, nil); err != nil {
 		return fmt.Errorf("putting vLLM to sleep: %w", err)
 	}
-	b.released = true
+	b.released, b.known = true, true
+	return nil
+}
+
+// checkAsleep asks a server this process has not yet put to sleep or woken
+// whether it is asleep (GET /is_sleeping): a colocated vLLM that an
+// earlier process put to sleep before an update and then crashed stays
+// asleep, answering generation with 503s, and a resumed run's first
+// publish must wake it. A server without the endpoint (404: not in dev
+// mode, which reload publishing needs anyway) counts as awake.
+func (b *vllmBackend) checkAsleep(ctx context.Context) error {
+	if b.known {
+		return nil
+	}
+	var v struct {
+		IsSleeping *bool `json:"is_sleeping"`
+	}
+	err := b.http.do(ctx, "GET", "/is_sleeping", nil, &v)
+	var se *statusError
+	switch {
+	case errors.As(err, &se) && se.status == 404:
+		b.log.Debug().Msg("vLLM has no /is_sleeping; taking it as awake")
+	case err != nil:
+		return fmt.Errorf("asking vLLM whether it is asleep: %w", err)
+	case v.IsSleeping == nil:
+		return fmt.Errorf("asking vLLM whether it is asleep: the answer has no is_sleeping field: %w", ErrServer)
+	case *v.IsSleeping:
+		b.log.Warn().Msg("vLLM is asleep (an earlier process put it to sleep before an update and did not wake it); waking it with this publish")
+		b.released = true
+	}
+	b.known = true
 	return nil
 }
 
@@ -137,6 +170,9 @@ func (b *vllmBackend) Publish(ctx context.Context, dir, version string) error {
 		if err := replaceWeights(dir, b.cfg.ServedDir); err != nil {
 			return fmt.Errorf("publishing %s to vLLM: %w", dir, err)
 		}
+	}
+	if err := b.checkAsleep(ctx); err != nil {
+		return fmt.Errorf("publishing %s to vLLM: %w", dir, err)
 	}
 	steps := []struct{ path, what string }{}
 	if b.released {
