@@ -14,8 +14,11 @@ import (
 	"github.com/seedctl/seedctl/trainer"
 )
 
-// benchServer serves a small Qwen2 (4 layers, hidden 128, BPE vocabulary).
-func benchServer(b *testing.B) *Server {
+// benchServer serves a small Qwen2 (4 layers, hidden 128, a 1,024-token
+// BPE vocabulary); vocab > 0 widens its vocabulary (embeddings and LM
+// head) past the tokenizer's, as Qwen's 151,936 rows exceed its
+// tokenizer's 151,665.
+func benchServer(b *testing.B, vocab int) *Server {
 	dir := filepath.Join(b.TempDir(), "bench")
 	tc := tokenizer.DefaultTrainConfig()
 	tc.VocabSize = 1024
@@ -31,6 +34,9 @@ func benchServer(b *testing.B) *Server {
 		Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: tok.VocabSize(),
 		HiddenSize: 128, IntermediateSize: 352, NumHiddenLayers: 4, NumAttentionHeads: 4, NumKeyValueHeads: 2,
 		MaxPositionEmbeddings: 2048, RMSNormEps: 1e-6, RopeTheta: 1e6, HiddenAct: "silu", InitializerRange: 0.02, TieWordEmbeddings: true,
+	}
+	if vocab > 0 {
+		cfg.VocabSize = vocab
 	}
 	m, err := trainer.InitRandom(cfg, trainer.ModelOptions{}, 1)
 	if err != nil {
@@ -61,7 +67,7 @@ func benchServer(b *testing.B) *Server {
 //
 //	go test ./inference/server -run '^$' -bench Serve -benchtime 1x
 func BenchmarkServe(b *testing.B) {
-	s := benchServer(b)
+	s := benchServer(b, 0)
 	const newTokens, promptLen = 64, 48
 	vocab := s.eng.snap().model.Config().VocabSize
 	prompt := make([]int, promptLen)
@@ -69,48 +75,8 @@ func BenchmarkServe(b *testing.B) {
 		prompt[i] = (i*37 + 11) % vocab
 	}
 	p := parsedGen{maxTokens: newTokens, n: 1, ignoreEOS: true, params: samplingParams{Temperature: 1, TopP: 1}}
-	// run sends conc requests at once and returns the tokens/s of the whole
-	// and the mean per-token latency a request saw after its first token.
 	run := func(conc int, p parsedGen, promptOf func(c int) []int) (rate, perToken float64) {
-		start := time.Now()
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		errs := make(chan error, conc)
-		lat := 0.0
-		for c := 0; c < conc; c++ {
-			wg.Add(1)
-			go func(c int) {
-				defer wg.Done()
-				pp := p
-				seed := int64(c)
-				pp.seed = &seed
-				var first, last time.Time
-				n := 0
-				_, err := s.generate(context.Background(), [][]int{promptOf(c)}, pp, 0, func(int, genEvent, *choiceResult) error {
-					now := time.Now()
-					if n == 0 {
-						first = now
-					}
-					last, n = now, n+1
-					return nil
-				})
-				if err != nil {
-					errs <- err
-					return
-				}
-				if n > 1 {
-					mu.Lock()
-					lat += last.Sub(first).Seconds() / float64(n-1)
-					mu.Unlock()
-				}
-			}(c)
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			b.Fatal(err)
-		}
-		return float64(conc*p.maxTokens) / time.Since(start).Seconds(), lat / float64(conc)
+		return serveConcurrent(b, s, conc, p, promptOf)
 	}
 	same := func(int) []int { return prompt }
 	rate, lat := map[int]float64{}, map[int]float64{}
@@ -152,4 +118,76 @@ func BenchmarkServe(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(32*2*promptLen)/time.Since(start).Seconds(), "score-tok/s")
+}
+
+// serveConcurrent sends conc requests at once and returns the tokens/s of
+// the whole and the mean per-token latency a request saw after its first
+// token.
+func serveConcurrent(b *testing.B, s *Server, conc int, p parsedGen, promptOf func(c int) []int) (rate, perToken float64) {
+	start := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	errs := make(chan error, conc)
+	lat := 0.0
+	for c := 0; c < conc; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			pp := p
+			seed := int64(c)
+			pp.seed = &seed
+			var first, last time.Time
+			n := 0
+			_, err := s.generate(context.Background(), [][]int{promptOf(c)}, pp, 0, func(int, genEvent, *choiceResult) error {
+				now := time.Now()
+				if n == 0 {
+					first = now
+				}
+				last, n = now, n+1
+				return nil
+			})
+			if err != nil {
+				errs <- err
+				return
+			}
+			if n > 1 {
+				mu.Lock()
+				lat += last.Sub(first).Seconds() / float64(n-1)
+				mu.Unlock()
+			}
+		}(c)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	return float64(conc*p.maxTokens) / time.Since(start).Seconds(), lat / float64(conc)
+}
+
+// BenchmarkServeQwenVocab is BenchmarkServe's decode at 1 and 64
+// concurrent requests with a Qwen-sized vocabulary (151,936 logits per
+// sequence and step: the LM head, reading the logits back and sampling
+// them in Go grow with it), 16 new tokens each.
+//
+//	go test ./inference/server -run '^$' -bench ServeQwenVocab -benchtime 1x
+func BenchmarkServeQwenVocab(b *testing.B) {
+	s := benchServer(b, 151936)
+	prompt := make([]int, 48)
+	for i := range prompt {
+		prompt[i] = (i*37 + 11) % 1000
+	}
+	p := parsedGen{maxTokens: 16, n: 1, ignoreEOS: true, params: samplingParams{Temperature: 1, TopP: 1}}
+	same := func(int) []int { return prompt }
+	rate, lat := map[int]float64{}, map[int]float64{}
+	for range b.N {
+		for _, conc := range []int{1, 64} {
+			rate[conc], lat[conc] = serveConcurrent(b, s, conc, p, same)
+		}
+	}
+	b.ReportMetric(rate[1], "tok/s@1")
+	b.ReportMetric(rate[64], "tok/s@64")
+	b.ReportMetric(rate[64]/rate[1], "batched64/single")
+	b.ReportMetric(1000*lat[1], "ms/token@1")
+	b.ReportMetric(1000*lat[64], "ms/token@64")
 }

@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -194,6 +195,8 @@ type Engine struct {
 	waiting []*genJob // submitted, not yet admitted, in arrival order
 	prefix  []*prefixEntry
 	clock   int64
+	// samplers keep each sampling goroutine's scratch between steps.
+	samplers []*sampler
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -458,9 +461,56 @@ func (e *Engine) started(j *genJob, last []float32, err error) {
 		e.finish(j, "length", nil)
 		return
 	}
-	if e.emit(j, sample(last, j.params, j.rng)) {
+	if e.emit(j, e.sampler(0).sample(last, j.params, j.rng)) {
 		e.active = append(e.active, j)
 	}
+}
+
+// parallelSampleLogits is how many logits (rows × vocabulary) a decode
+// step must have before its sampling is split among goroutines: below
+// it, starting them costs about what they save.
+const parallelSampleLogits = 16384
+
+// sampler returns the k-th sampling goroutine's sampler.
+func (e *Engine) sampler(k int) *sampler {
+	for len(e.samplers) <= k {
+		e.samplers = append(e.samplers, &sampler{})
+	}
+	return e.samplers[k]
+}
+
+// sampleAll draws each job's next token from its row of logits. Rows are
+// split among up to GOMAXPROCS goroutines once the step is large enough
+// (libtorch is idle meanwhile): a Qwen vocabulary costs milliseconds per
+// row in Go. Each job draws from its own generator, so how the rows are
+// split changes nothing; emitting stays on the loop.
+func (e *Engine) sampleAll(js []*genJob, logits [][]float32) []tokenChoice {
+	out := make([]tokenChoice, len(js))
+	workers := 1
+	if len(js) > 1 && len(js)*len(logits[0]) >= parallelSampleLogits {
+		workers = min(runtime.GOMAXPROCS(0), len(js))
+	}
+	for k := range workers {
+		e.sampler(k)
+	}
+	if workers == 1 {
+		for i, j := range js {
+			out[i] = e.samplers[0].sample(logits[i], j.params, j.rng)
+		}
+		return out
+	}
+	var wg sync.WaitGroup
+	for k := range workers {
+		wg.Add(1)
+		go func(s *sampler) {
+			defer wg.Done()
+			for i := k; i < len(js); i += workers {
+				out[i] = s.sample(logits[i], js[i].params, js[i].rng)
+			}
+		}(e.samplers[k])
+	}
+	wg.Wait()
+	return out
 }
 
 // reusePrefix gives j a fork of the longest cached prefix of its prompt
@@ -716,8 +766,9 @@ func (e *Engine) decodeStep() {
 			}
 			continue
 		}
+		choices := e.sampleAll(js, logits)
 		for i, j := range js {
-			if e.emit(j, sample(logits[i], j.params, j.rng)) {
+			if e.emit(j, choices[i]) {
 				next = append(next, j)
 			}
 		}

@@ -340,34 +340,41 @@ func fullSortSample(logits []float32, p samplingParams, rng *rand.Rand) int {
 }
 
 // BenchmarkSampleQwenVocab: one token from Qwen's 151,936-entry vocabulary,
-// greedy, at T=1 (one pass), at T=1 with top-p 0.9 (partial sort), and the
-// old full sort, side by side.
+// greedy, at T=1 (one pass), at T=1 with top-p 0.9 (partial sort), each by
+// the sampler the engine keeps (its buffer reused) and by the sampler
+// before it (every log-prob first: two passes of exp and two allocations
+// of the vocabulary's size), and the old full sort, side by side.
 func BenchmarkSampleQwenVocab(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	logits := make([]float32, 151936)
 	for i := range logits {
 		logits[i] = float32(rng.NormFloat64() * 3)
 	}
+	var s sampler
 	for _, c := range []struct {
 		name string
 		p    samplingParams
-		full bool
 	}{
-		{"greedy", samplingParams{Temperature: 0, TopP: 1}, false},
-		{"T1", samplingParams{Temperature: 1, TopP: 1}, false},
-		{"T1-topp0.9", samplingParams{Temperature: 1, TopP: 0.9}, false},
-		{"T1-full-sort-before", samplingParams{Temperature: 1, TopP: 1}, true},
+		{"greedy", samplingParams{Temperature: 0, TopP: 1}},
+		{"T1", samplingParams{Temperature: 1, TopP: 1}},
+		{"T1-topp0.9", samplingParams{Temperature: 1, TopP: 0.9}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
-				if c.full {
-					fullSortSample(logits, c.p, rng)
-				} else {
-					sample(logits, c.p, rng)
-				}
+				s.sample(logits, c.p, rng)
+			}
+		})
+		b.Run(c.name+"-before", func(b *testing.B) {
+			for range b.N {
+				sampleBefore(logits, c.p, rng)
 			}
 		})
 	}
+	b.Run("T1-full-sort-before", func(b *testing.B) {
+		for range b.N {
+			fullSortSample(logits, samplingParams{Temperature: 1, TopP: 1}, rng)
+		}
+	})
 }
 
 func TestCountPrompts(t *testing.T) {

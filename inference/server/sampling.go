@@ -29,15 +29,7 @@ type tokenLogProb struct {
 
 // logSoftmax returns log-probabilities of logits, in float64.
 func logSoftmax(logits []float32) []float64 {
-	mx := math.Inf(-1)
-	for _, v := range logits {
-		mx = math.Max(mx, float64(v))
-	}
-	sum := 0.0
-	for _, v := range logits {
-		sum += math.Exp(float64(v) - mx)
-	}
-	lse := mx + math.Log(sum)
+	lse := logSumExp(logits, maxLogit(logits))
 	out := make([]float64, len(logits))
 	for i, v := range logits {
 		out[i] = float64(v) - lse
@@ -45,16 +37,34 @@ func logSoftmax(logits []float32) []float64 {
 	return out
 }
 
-// topK returns the k most likely ids by log-prob, ties by lower id, in
-// one pass over the vocabulary (k is at most 20: an insertion into a short
-// sorted list beats sorting 151k entries).
-func topK(lp []float64, k int) []tokenLogProb {
+func maxLogit(logits []float32) float64 {
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = math.Max(mx, float64(v))
+	}
+	return mx
+}
+
+// logSumExp is log Σ exp(logits), given their maximum.
+func logSumExp(logits []float32, mx float64) float64 {
+	sum := 0.0
+	for _, v := range logits {
+		sum += math.Exp(float64(v) - mx)
+	}
+	return mx + math.Log(sum)
+}
+
+// topK returns the k most likely ids by log-prob (logit − lse), ties by
+// lower id, in one pass over the vocabulary (k is at most 20: an insertion
+// into a short sorted list beats sorting 151k entries).
+func topK(logits []float32, lse float64, k int) []tokenLogProb {
 	if k <= 0 {
 		return nil
 	}
-	k = min(k, len(lp))
+	k = min(k, len(logits))
 	out := make([]tokenLogProb, 0, k+1)
-	for i, v := range lp {
+	for i, l := range logits {
+		v := float64(l) - lse
 		if len(out) == k && v <= out[k-1].LogProb {
 			continue // ties keep the lower id, already in
 		}
@@ -72,37 +82,70 @@ func topK(lp []float64, k int) []tokenLogProb {
 	return out
 }
 
-// sample draws the next token. Temperature 0 is argmax (lowest id on ties),
-// so it equals greedy decoding.
+// sample draws one token from logits (a fresh sampler: see sampler.sample).
 func sample(logits []float32, p samplingParams, rng *rand.Rand) tokenChoice {
-	lp := logSoftmax(logits)
+	var s sampler
+	return s.sample(logits, p, rng)
+}
+
+// sampler draws tokens with a scratch buffer of the vocabulary's size that
+// it keeps between calls (a Qwen vocabulary's weights are 1.2 MB a token).
+// One sampler serves one goroutine at a time.
+type sampler struct {
+	w []float64
+}
+
+// sample draws one token from logits and reports its log-probability under
+// the raw distribution. Greedy is the first most likely token; otherwise
+// softmax(logits/T), cut to top-k and top-p (sampleTempered). At T = 1, the
+// default, the weights' exponentials give the log-sum-exp too: one pass of
+// exp over the vocabulary instead of two. Same choices, log-probs and
+// alternatives to the bit as computing every log-prob first, and one draw
+// from rng per sampled token.
+func (s *sampler) sample(logits []float32, p samplingParams, rng *rand.Rand) tokenChoice {
+	mx := maxLogit(logits)
+	var lse float64
 	var id int
 	if p.Temperature <= 0 {
-		for i := range lp {
-			if lp[i] > lp[id] {
-				id = i
+		lse = logSumExp(logits, mx)
+		best := math.Inf(-1)
+		for i, v := range logits {
+			if lp := float64(v) - lse; lp > best || i == 0 {
+				id, best = i, lp
 			}
 		}
 	} else {
-		id = sampleTempered(logits, p, rng)
+		if cap(s.w) < len(logits) {
+			s.w = make([]float64, len(logits))
+		}
+		w := s.w[:len(logits)]
+		var total float64
+		id, total = sampleWeights(w, logits, mx, p, rng)
+		if p.Temperature == 1 {
+			lse = mx + math.Log(total) // the weights are exp(l − max)
+		} else {
+			lse = logSumExp(logits, mx)
+		}
 	}
-	return tokenChoice{ID: id, LogProb: lp[id], Top: topK(lp, p.TopLogprobs)}
+	return tokenChoice{ID: id, LogProb: float64(logits[id]) - lse, Top: topK(logits, lse, p.TopLogprobs)}
 }
 
-// sampleTempered draws from softmax(logits/T), cut to the top-k and then
+// sampleTempered draws from softmax(logits/T) (sampleWeights).
+func sampleTempered(logits []float32, p samplingParams, rng *rand.Rand) int {
+	id, _ := sampleWeights(make([]float64, len(logits)), logits, maxLogit(logits), p, rng)
+	return id
+}
+
+// sampleWeights draws from softmax(logits/T), cut to the top-k and then
 // the top-p nucleus (probabilities of the whole distribution, as before
-// the cut). Without a cut it is one pass over the vocabulary; with one,
+// the cut), filling w with exp((l − max)/T) and returning the draw and the
+// weights' sum. Without a cut it is one pass over the vocabulary; with one,
 // only the tokens above a probability threshold are sorted, the threshold
 // falling until they hold the cut (every token left out is less likely
 // than every token kept, so the kept ones are the head of the full order).
-func sampleTempered(logits []float32, p samplingParams, rng *rand.Rand) int {
+func sampleWeights(w []float64, logits []float32, mx float64, p samplingParams, rng *rand.Rand) (int, float64) {
 	t := p.Temperature
-	mx := math.Inf(-1)
-	for _, v := range logits {
-		mx = math.Max(mx, float64(v))
-	}
-	w := make([]float64, len(logits)) // exp((l − max)/T): the top token weighs 1
-	total := 0.0
+	total := 0.0 // the top token weighs 1
 	for i, v := range logits {
 		w[i] = math.Exp((float64(v) - mx) / t)
 		total += w[i]
@@ -116,10 +159,10 @@ func sampleTempered(logits []float32, p samplingParams, rng *rand.Rand) int {
 			}
 			r -= x
 			if r <= 0 && x > 0 {
-				return i
+				return i, total
 			}
 		}
-		return last
+		return last, total
 	}
 	cands := nucleus(w, total, p)
 	kept := 0.0
@@ -130,10 +173,10 @@ func sampleTempered(logits []float32, p samplingParams, rng *rand.Rand) int {
 	for _, c := range cands {
 		r -= w[c]
 		if r <= 0 {
-			return c
+			return c, total
 		}
 	}
-	return cands[len(cands)-1]
+	return cands[len(cands)-1], total
 }
 
 // nucleus returns the ids sampling may pick under top-k and top-p, most
