@@ -461,9 +461,20 @@ func (e *Engine) started(j *genJob, last []float32, err error) {
 		e.finish(j, "length", nil)
 		return
 	}
-	if e.emit(j, e.sampler(0).sample(last, j.params, j.rng)) {
+	c, err := e.sampler(0).sample(last, j.params, j.rng)
+	if err != nil {
+		e.finish(j, "", fmt.Errorf("sampling the first token: %w", err))
+		return
+	}
+	if e.emit(j, c) {
 		e.active = append(e.active, j)
 	}
+}
+
+// sampled is one job's draw, or why there is none.
+type sampled struct {
+	c   tokenChoice
+	err error
 }
 
 // parallelSampleLogits is how many logits (rows × vocabulary) a decode
@@ -484,8 +495,8 @@ func (e *Engine) sampler(k int) *sampler {
 // (libtorch is idle meanwhile): a Qwen vocabulary costs milliseconds per
 // row in Go. Each job draws from its own generator, so how the rows are
 // split changes nothing; emitting stays on the loop.
-func (e *Engine) sampleAll(js []*genJob, logits [][]float32) []tokenChoice {
-	out := make([]tokenChoice, len(js))
+func (e *Engine) sampleAll(js []*genJob, logits [][]float32) []sampled {
+	out := make([]sampled, len(js))
 	workers := 1
 	if len(js) > 1 && len(js)*len(logits[0]) >= parallelSampleLogits {
 		workers = min(runtime.GOMAXPROCS(0), len(js))
@@ -495,7 +506,7 @@ func (e *Engine) sampleAll(js []*genJob, logits [][]float32) []tokenChoice {
 	}
 	if workers == 1 {
 		for i, j := range js {
-			out[i] = e.samplers[0].sample(logits[i], j.params, j.rng)
+			out[i].c, out[i].err = e.samplers[0].sample(logits[i], j.params, j.rng)
 		}
 		return out
 	}
@@ -505,7 +516,7 @@ func (e *Engine) sampleAll(js []*genJob, logits [][]float32) []tokenChoice {
 		go func(s *sampler) {
 			defer wg.Done()
 			for i := k; i < len(js); i += workers {
-				out[i] = s.sample(logits[i], js[i].params, js[i].rng)
+				out[i].c, out[i].err = s.sample(logits[i], js[i].params, js[i].rng)
 			}
 		}(e.samplers[k])
 	}
@@ -768,7 +779,11 @@ func (e *Engine) decodeStep() {
 		}
 		choices := e.sampleAll(js, logits)
 		for i, j := range js {
-			if e.emit(j, choices[i]) {
+			if err := choices[i].err; err != nil {
+				e.finish(j, "", fmt.Errorf("sampling token %d: %w", len(j.gen)+1, err))
+				continue
+			}
+			if e.emit(j, choices[i].c) {
 				next = append(next, j)
 			}
 		}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -40,7 +41,11 @@ func TestSamplerMatchesTheOneBefore(t *testing.T) {
 		for _, p := range params {
 			seed := uint64(trial)
 			a, b := rand.New(rand.NewPCG(seed, 1)), rand.New(rand.NewPCG(seed, 1))
-			got, want := s.sample(logits, p, a), sampleBefore(logits, p, b)
+			got, err := s.sample(logits, p, a)
+			if err != nil {
+				t.Fatalf("trial %d (%+v): %v", trial, p, err)
+			}
+			want := sampleBefore(logits, p, b)
 			if fmt.Sprint(got) != fmt.Sprint(want) || math.Float64bits(got.LogProb) != math.Float64bits(want.LogProb) {
 				t.Fatalf("trial %d (n %d, %+v): %+v, before %+v", trial, n, p, got, want)
 			}
@@ -176,19 +181,63 @@ func TestSamplingSplitAmongGoroutinesChangesNothing(t *testing.T) {
 			}
 			p := samplingParams{Temperature: []float64{0, 1, 0.8}[i%3], TopP: []float64{1, 1, 0.9}[i%3], TopLogprobs: i % 4}
 			jobs[i] = &genJob{params: p}
-			want[i] = sample(logits[i], p, rand.New(rand.NewPCG(uint64(i), 9)))
+			want[i], _ = sample(logits[i], p, rand.New(rand.NewPCG(uint64(i), 9)))
 		}
 		var e Engine
 		for range 2 { // the second step reuses the samplers' buffers
 			for i, j := range jobs {
 				j.rng = rand.New(rand.NewPCG(uint64(i), 9))
 			}
-			if got := e.sampleAll(jobs, logits); fmt.Sprint(got) != fmt.Sprint(want) {
+			got := make([]tokenChoice, len(jobs))
+			for i, r := range e.sampleAll(jobs, logits) {
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				got[i] = r.c
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("%d rows × %d: split sampling %v, alone %v", c.rows, c.vocab, got, want)
 			}
 		}
 		if split := c.rows*c.vocab >= parallelSampleLogits && c.rows > 1; split && len(e.samplers) < min(2, runtime.GOMAXPROCS(0)) {
 			t.Errorf("%d rows × %d: %d samplers, want the step split", c.rows, c.vocab, len(e.samplers))
+		}
+	}
+}
+
+// Logits without a finite maximum (a diverged checkpoint) are an error
+// naming the cause, for that sequence alone, and draw nothing; before,
+// NaN logits sampled token 0 or, with top-p, indexed an empty list.
+func TestNonFiniteLogitsAreAnError(t *testing.T) {
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	for name, logits := range map[string][]float32{
+		"a NaN":     {0.5, nan, 1},
+		"+Inf":      {0.5, inf, 1},
+		"all -Inf":  {-inf, -inf},
+		"NaN first": {nan, 1, 2},
+	} {
+		for _, p := range []samplingParams{{Temperature: 0, TopP: 1}, {Temperature: 1, TopP: 1}, {Temperature: 1, TopP: 0.9}} {
+			rng := rand.New(rand.NewPCG(1, 2))
+			if _, err := sample(logits, p, rng); !errors.Is(err, errNonFiniteLogits) {
+				t.Errorf("%s, %+v: error %v", name, p, err)
+			}
+			if rng.Uint64() != rand.New(rand.NewPCG(1, 2)).Uint64() {
+				t.Errorf("%s, %+v: the generator moved", name, p)
+			}
+		}
+	}
+	// In a step, only the broken row fails.
+	rows := make([][]float32, 8)
+	jobs := make([]*genJob, 8)
+	for i := range rows {
+		rows[i] = make([]float32, 4096)
+		jobs[i] = &genJob{params: samplingParams{Temperature: 1, TopP: 1}, rng: rand.New(rand.NewPCG(uint64(i), 1))}
+	}
+	rows[5][17] = nan
+	var e Engine
+	for i, r := range e.sampleAll(jobs, rows) {
+		if (r.err != nil) != (i == 5) {
+			t.Errorf("row %d: error %v", i, r.err)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -82,8 +83,12 @@ func topK(logits []float32, lse float64, k int) []tokenLogProb {
 	return out
 }
 
+// errNonFiniteLogits: NaN among the logits, or no finite maximum (a
+// diverged or broken checkpoint): there is no distribution to sample.
+var errNonFiniteLogits = errors.New("the model's logits are not finite (NaN, +Inf, or all -Inf): the checkpoint is broken or its training diverged")
+
 // sample draws one token from logits (a fresh sampler: see sampler.sample).
-func sample(logits []float32, p samplingParams, rng *rand.Rand) tokenChoice {
+func sample(logits []float32, p samplingParams, rng *rand.Rand) (tokenChoice, error) {
 	var s sampler
 	return s.sample(logits, p, rng)
 }
@@ -101,9 +106,13 @@ type sampler struct {
 // default, the weights' exponentials give the log-sum-exp too: one pass of
 // exp over the vocabulary instead of two. Same choices, log-probs and
 // alternatives to the bit as computing every log-prob first, and one draw
-// from rng per sampled token.
-func (s *sampler) sample(logits []float32, p samplingParams, rng *rand.Rand) tokenChoice {
+// from rng per sampled token. Logits without a finite maximum (any NaN
+// makes the maximum NaN) are errNonFiniteLogits, drawing nothing.
+func (s *sampler) sample(logits []float32, p samplingParams, rng *rand.Rand) (tokenChoice, error) {
 	mx := maxLogit(logits)
+	if math.IsNaN(mx) || math.IsInf(mx, 0) {
+		return tokenChoice{}, errNonFiniteLogits
+	}
 	var lse float64
 	var id int
 	if p.Temperature <= 0 {
@@ -127,7 +136,7 @@ func (s *sampler) sample(logits []float32, p samplingParams, rng *rand.Rand) tok
 			lse = logSumExp(logits, mx)
 		}
 	}
-	return tokenChoice{ID: id, LogProb: float64(logits[id]) - lse, Top: topK(logits, lse, p.TopLogprobs)}
+	return tokenChoice{ID: id, LogProb: float64(logits[id]) - lse, Top: topK(logits, lse, p.TopLogprobs)}, nil
 }
 
 // sampleTempered draws from softmax(logits/T) (sampleWeights).
