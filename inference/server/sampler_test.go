@@ -57,7 +57,7 @@ func TestSamplerMatchesTheOneBefore(t *testing.T) {
 }
 
 // The sampler before this one, kept as the reference.
-// logSoftmax returns log-probabilities of logits, in float64.
+// logSoftmaxBefore returns log-probabilities of logits, in float64.
 func logSoftmaxBefore(logits []float32) []float64 {
 	mx := math.Inf(-1)
 	for _, v := range logits {
@@ -75,7 +75,7 @@ func logSoftmaxBefore(logits []float32) []float64 {
 	return out
 }
 
-// topK returns the k most likely ids by log-prob, ties by lower id, in
+// topKBefore returns the k most likely ids by log-prob, ties by lower id, in
 // one pass over the vocabulary (k is at most 20: an insertion into a short
 // sorted list beats sorting 151k entries).
 func topKBefore(lp []float64, k int) []tokenLogProb {
@@ -102,7 +102,7 @@ func topKBefore(lp []float64, k int) []tokenLogProb {
 	return out
 }
 
-// sample draws the next token. Temperature 0 is argmax (lowest id on ties),
+// sampleBefore draws the next token. Temperature 0 is argmax (lowest id on ties),
 // so it equals greedy decoding.
 func sampleBefore(logits []float32, p samplingParams, rng *rand.Rand) tokenChoice {
 	lp := logSoftmaxBefore(logits)
@@ -119,7 +119,7 @@ func sampleBefore(logits []float32, p samplingParams, rng *rand.Rand) tokenChoic
 	return tokenChoice{ID: id, LogProb: lp[id], Top: topKBefore(lp, p.TopLogprobs)}
 }
 
-// sampleTempered draws from softmax(logits/T), cut to the top-k and then
+// sampleTemperedBefore draws from softmax(logits/T), cut to the top-k and then
 // the top-p nucleus (probabilities of the whole distribution, as before
 // the cut). Without a cut it is one pass over the vocabulary; with one,
 // only the tokens above a probability threshold are sorted, the threshold
