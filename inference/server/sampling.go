@@ -38,12 +38,23 @@ func logSoftmax(logits []float32) []float64 {
 	return out
 }
 
+// maxLogit is the logits' maximum, NaN if any of them is NaN (as a chain
+// of math.Max), by plain comparisons: math.Max's care for signed zeros
+// and NaN made this pass cost as much as the exponentials.
 func maxLogit(logits []float32) float64 {
-	mx := math.Inf(-1)
+	mx := float32(math.Inf(-1))
+	nan := false
 	for _, v := range logits {
-		mx = math.Max(mx, float64(v))
+		if v > mx {
+			mx = v
+		} else if v != v {
+			nan = true
+		}
 	}
-	return mx
+	if nan {
+		return math.NaN()
+	}
+	return float64(mx)
 }
 
 // logSumExp is log Σ exp(logits), given their maximum.
