@@ -202,11 +202,15 @@ func (s *raggedStore) extend(li int, k, v *ts.Tensor) (*ts.Tensor, *ts.Tensor) {
 	for i, c := range s.cs {
 		lens[i], ks[i], vs[i] = c.Len(), c.k[li], c.v[li]
 	}
-	pk, pv := leftPadded(ks, lens, s.pmax, 0, k), leftPadded(vs, lens, s.pmax, 0, v)
-	K := must(ts.Cat([]*ts.Tensor{pk, k}, 2))
-	V := must(ts.Cat([]*ts.Tensor{pv, v}, 2))
-	drop(pk, pv, k, v)
+	// The pasts padded to pmax and, in the room after them, the new keys:
+	// one buffer, one copy of each.
 	t := sz[2]
+	K, V := leftPadded(ks, lens, s.pmax, int(t), k), leftPadded(vs, lens, s.pmax, int(t), v)
+	for _, kv := range [][2]*ts.Tensor{{K, k}, {V, v}} {
+		dst := must(kv[0].Narrow(2, int64(s.pmax), t, false))
+		dst.Copy_(kv[1])
+		drop(dst, kv[1])
+	}
 	for i, c := range s.cs {
 		n, off := int64(c.Len()), int64(s.offs[i])
 		keep := func(x *ts.Tensor) *ts.Tensor {
