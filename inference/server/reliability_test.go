@@ -243,7 +243,11 @@ func TestSamplerFrequencies(t *testing.T) {
 	const draws = 40000
 	counts := make([]int, len(logits))
 	for range draws {
-		counts[sampleTempered(logits, samplingParams{Temperature: 1, TopP: 1}, rng)]++
+		c, err := sample(logits, samplingParams{Temperature: 1, TopP: 1}, rng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[c.ID]++
 	}
 	for i, c := range counts {
 		p := math.Exp(lp[i])

@@ -56,9 +56,16 @@ func TestSamplerMatchesTheOneBefore(t *testing.T) {
 	}
 }
 
+// sample draws one token with a fresh sampler.
+func sample(logits []float32, p samplingParams, rng *rand.Rand) (tokenChoice, error) {
+	var s sampler
+	return s.sample(logits, p, rng)
+}
+
 // The sampler before this one, kept as the reference.
-// logSoftmaxBefore returns log-probabilities of logits, in float64.
-func logSoftmaxBefore(logits []float32) []float64 {
+// logSoftmax returns log-probabilities of logits, in float64 (the
+// sampler before computed them all; tests use it as the reference).
+func logSoftmax(logits []float32) []float64 {
 	mx := math.Inf(-1)
 	for _, v := range logits {
 		mx = math.Max(mx, float64(v))
@@ -105,7 +112,7 @@ func topKBefore(lp []float64, k int) []tokenLogProb {
 // sampleBefore draws the next token. Temperature 0 is argmax (lowest id on ties),
 // so it equals greedy decoding.
 func sampleBefore(logits []float32, p samplingParams, rng *rand.Rand) tokenChoice {
-	lp := logSoftmaxBefore(logits)
+	lp := logSoftmax(logits)
 	var id int
 	if p.Temperature <= 0 {
 		for i := range lp {

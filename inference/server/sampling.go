@@ -28,16 +28,6 @@ type tokenLogProb struct {
 	LogProb float64
 }
 
-// logSoftmax returns log-probabilities of logits, in float64.
-func logSoftmax(logits []float32) []float64 {
-	lse := logSumExp(logits, maxLogit(logits))
-	out := make([]float64, len(logits))
-	for i, v := range logits {
-		out[i] = float64(v) - lse
-	}
-	return out
-}
-
 // maxLogit is the logits' maximum, NaN if any of them is NaN (as a chain
 // of math.Max), by plain comparisons: math.Max's care for signed zeros
 // and NaN made this pass cost as much as the exponentials.
@@ -98,12 +88,6 @@ func topK(logits []float32, lse float64, k int) []tokenLogProb {
 // diverged or broken checkpoint): there is no distribution to sample.
 var errNonFiniteLogits = errors.New("the model's logits are not finite (NaN, +Inf, or all -Inf): the checkpoint is broken or its training diverged")
 
-// sample draws one token from logits (a fresh sampler: see sampler.sample).
-func sample(logits []float32, p samplingParams, rng *rand.Rand) (tokenChoice, error) {
-	var s sampler
-	return s.sample(logits, p, rng)
-}
-
 // sampler draws tokens with a scratch buffer of the vocabulary's size that
 // it keeps between calls (a Qwen vocabulary's weights are 1.2 MB a token).
 // One sampler serves one goroutine at a time.
@@ -148,12 +132,6 @@ func (s *sampler) sample(logits []float32, p samplingParams, rng *rand.Rand) (to
 		}
 	}
 	return tokenChoice{ID: id, LogProb: float64(logits[id]) - lse, Top: topK(logits, lse, p.TopLogprobs)}, nil
-}
-
-// sampleTempered draws from softmax(logits/T) (sampleWeights).
-func sampleTempered(logits []float32, p samplingParams, rng *rand.Rand) int {
-	id, _ := sampleWeights(make([]float64, len(logits)), logits, maxLogit(logits), p, rng)
-	return id
 }
 
 // sampleWeights draws from softmax(logits/T), cut to the top-k and then
