@@ -49,6 +49,38 @@ type Tokenizer struct {
 
 	mu    sync.RWMutex
 	cache map[string][]int
+
+	maxBytesOnce sync.Once
+	maxBytes     int
+}
+
+// MaxTokenBytes is the most bytes one token decodes to (the longest
+// vocabulary entry or added token): a text of n bytes is at least
+// n / MaxTokenBytes tokens (before normalisation), which lets a server
+// refuse a text too long for its context without encoding it.
+func (t *Tokenizer) MaxTokenBytes() int {
+	t.maxBytesOnce.Do(func() {
+		m := 1
+		for id, tok := range t.idToToken {
+			if a, ok := t.addedByID[id]; ok {
+				m = max(m, len(a.Content))
+				continue
+			}
+			if tok == "" {
+				continue
+			}
+			if t.byteLevel {
+				m = max(m, len(appendByteLevelDecoded(nil, tok)))
+			} else {
+				m = max(m, len(tok))
+			}
+		}
+		for _, a := range t.added {
+			m = max(m, len(a.Content))
+		}
+		t.maxBytes = m
+	})
+	return t.maxBytes
 }
 
 type pair struct{ a, b string }

@@ -28,19 +28,34 @@ func (m *Model) tokenLogProbs(in Input, targets [][]int, temperature float64) (o
 		if err != nil {
 			panic(torchError{err})
 		}
-		logits := m.forward(in, nil)
-		if temperature > 0 && temperature != 1 {
-			logits = mulScalar(logits, 1/temperature, true)
+		// The head runs headChunkTokens positions at a time, as in
+		// training (headBackward): at most one chunk's [positions,
+		// vocabulary] logits exist at once, whatever the batch's B×T.
+		n := b * t
+		hN := m.forwardHidden(in)
+		flatH := must(hN.Reshape([]int64{int64(n), int64(m.cfg.HiddenSize)}, true))
+		idx := upload(flat, []int64{int64(n), 1}, m.device)
+		k := upload(keep, []int64{int64(n)}, m.device)
+		var parts []*ts.Tensor
+		for lo := 0; lo < n; lo += headChunkTokens {
+			c := min(headChunkTokens, n-lo)
+			h := narrow(flatH, lo, c)
+			logits := linear(h, m.lmHead, nil)
+			drop(h)
+			if temperature > 0 && temperature != 1 {
+				logits = mulScalar(logits, 1/temperature, true)
+			}
+			lse := must(logits.Logsumexp([]int64{-1}, false, false))
+			ic, kc := narrow(idx, lo, c), narrow(k, lo, c)
+			g := must(must(logits.Gather(1, ic, false, true)).SqueezeDim(1, true))
+			lp := must(g.Sub(lse, true))
+			parts = append(parts, must(lp.Mul(kc, true)))
+			drop(lse, ic, kc)
 		}
-		lse := must(logits.Logsumexp([]int64{-1}, false, false))
-		idx := upload(flat, []int64{int64(b), int64(t), 1}, m.device)
-		g := must(must(logits.Gather(2, idx, false, true)).SqueezeDim(2, true))
-		drop(idx)
-		lp := must(g.Sub(lse, true))
-		drop(lse)
-		k := upload(keep, []int64{int64(b), int64(t)}, m.device)
-		masked := must(lp.Mul(k, true))
-		drop(k)
+		drop(flatH, idx, k)
+		all := must(ts.Cat(parts, 0))
+		drop(parts...)
+		masked := must(all.View([]int64{int64(b), int64(t)}, true))
 		out = rows2D(masked)
 		drop(masked)
 	})

@@ -3,6 +3,7 @@ package trainer
 import (
 	"errors"
 	"math"
+	"os"
 	"testing"
 )
 
@@ -621,5 +622,88 @@ func TestRLStepVerlAggregation(t *testing.T) {
 	bad.Agg = AggVerl
 	if bad.Validate() == nil {
 		t.Error("verl aggregation without micro_batch_rows was accepted")
+	}
+}
+
+// Scoring applies the head in chunks of positions: the log-probs are those
+// of one chunk covering everything, and at temperature 0.7 too.
+func TestRescoreChunkedHeadMatchesWhole(t *testing.T) {
+	m, _ := newTiny(t, ArchQwen2, 18)
+	seqs := [][]int{{5, 17, 3, 88, 41, 9, 60}, {7, 7}, {12, 30, 2, 96, 4}}
+	for _, temp := range []float64{1, 0.7} {
+		defer func(n int) { headChunkTokens = n }(headChunkTokens)
+		headChunkTokens = 1 << 20
+		whole, err := m.RescoreAt(seqs, 1024, temp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		headChunkTokens = 4 // chunks that straddle rows and padding
+		chunked, err := m.RescoreAt(seqs, 1024, temp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range seqs {
+			for k := range seqs[i] {
+				if d := math.Abs(float64(whole[i][k] - chunked[i][k])); d > 1e-5 {
+					t.Errorf("T=%g row %d pos %d: chunked %v, whole %v", temp, i, k, chunked[i][k], whole[i][k])
+				}
+			}
+		}
+	}
+}
+
+// TestRescorePeakMemoryIsOneChunkOfLogits: scoring a micro-batch of 8,192
+// positions over a 32,768-token vocabulary (B×T×V logits: 1 GiB in
+// float32) raises the process's peak resident set by about one chunk's
+// [1,024, V] logits (128 MiB), not by the whole tensor ([hardening] 2).
+func TestRescorePeakMemoryIsOneChunkOfLogits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates a few hundred MiB")
+	}
+	c := tinyConfig(ArchQwen2)
+	c.VocabSize, c.NumHiddenLayers, c.MaxPositionEmbeddings = 32768, 1, 4096
+	m, err := InitRandom(c, ModelOptions{}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	// 64 rows of 128 positions: attention's [B, heads, T, T] stays small
+	// (16 MiB), the logits would not.
+	seqs := make([][]int, 64)
+	for i := range seqs {
+		seqs[i] = make([]int, 129)
+		for k := range seqs[i] {
+			seqs[i][k] = (k*7919 + i*104729) % c.VocabSize
+		}
+	}
+	// Warm up (libtorch's thread pools, the first allocations), then
+	// measure from what is live.
+	if _, err := m.Rescore(seqs[:1], 8192); err != nil {
+		t.Fatal(err)
+	}
+	trimHeap()
+	before, err := procStatus("VmRSS")
+	if err != nil {
+		t.Skip(err)
+	}
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Skipf("cannot reset the peak resident set: %v", err)
+	}
+	out, err := m.Rescore(seqs, 8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peak, err := procStatus("VmHWM")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 64 || len(out[63]) != 129 {
+		t.Fatalf("scored %d rows", len(out))
+	}
+	const limit = 512 << 20 // four chunks' logits; the whole tensor is 1 GiB
+	if grew := peak - before; grew > limit {
+		t.Errorf("scoring 8,192 positions × 32,768 tokens raised the peak resident set by %d MiB, want at most %d MiB (one chunk's logits is 128 MiB)", grew>>20, limit>>20)
+	} else {
+		t.Logf("peak resident set rose by %d MiB", grew>>20)
 	}
 }

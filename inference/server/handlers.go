@@ -68,9 +68,51 @@ func countPrompts(raw json.RawMessage, limit int) int {
 	return n
 }
 
+// countElements counts the elements of a JSON array (0 for anything
+// else), stopping at limit, without decoding them or allocating: b is
+// valid JSON (json.Unmarshal checks the whole body before it calls an
+// UnmarshalJSON method).
+func countElements(b []byte, limit int) int {
+	b = bytes.TrimSpace(b)
+	if len(b) < 2 || b[0] != '[' {
+		return 0
+	}
+	if len(bytes.TrimSpace(b[1:len(b)-1])) == 0 {
+		return 0
+	}
+	n, depth, inString, escaped := 1, 0, false, false
+	for _, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+		case c == ']' || c == '}':
+			depth--
+		case c == ',' && depth == 1:
+			if n++; n >= limit {
+				return n
+			}
+		}
+	}
+	return n
+}
+
 // parsePrompt accepts a string, a list of strings, a list of token ids or a
 // list of lists of token ids; at most maxPrompts of them.
-func parsePrompt(raw json.RawMessage, tok *tokenizer.Tokenizer, vocab, maxPrompts int) ([][]int, error) {
+//
+// A string prompt longer than maxTextBytes is refused before it is
+// encoded (maxPromptBytes: it cannot fit the context).
+func parsePrompt(raw json.RawMessage, tok *tokenizer.Tokenizer, vocab, maxPrompts, maxTextBytes int) ([][]int, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, bad("prompt", "prompt is required")
 	}
@@ -82,15 +124,27 @@ func parsePrompt(raw json.RawMessage, tok *tokenizer.Tokenizer, vocab, maxPrompt
 	var ids []int
 	var batches [][]int
 	var out [][]int
+	tooLong := func(i int, s string) error {
+		if maxTextBytes > 0 && len(s) > maxTextBytes {
+			return bad("prompt", "prompt %d has %d bytes of text, more than this model's context can hold (it would encode to more tokens than the context; at most %d bytes are read)", i, len(s), maxTextBytes)
+		}
+		return nil
+	}
 	switch {
 	case json.Unmarshal(raw, &one) == nil:
+		if err := tooLong(0, one); err != nil {
+			return nil, err
+		}
 		e, err := tok.Encode(one)
 		if err != nil {
 			return nil, bad("prompt", "encoding the prompt: %v", err)
 		}
 		out = [][]int{e}
 	case json.Unmarshal(raw, &strs) == nil && len(strs) > 0:
-		for _, s := range strs {
+		for i, s := range strs {
+			if err := tooLong(i, s); err != nil {
+				return nil, err
+			}
 			e, err := tok.Encode(s)
 			if err != nil {
 				return nil, bad("prompt", "encoding the prompt: %v", err)
@@ -155,6 +209,17 @@ type completionLimits struct {
 	vocab     int
 	maxLen    int
 	sequences int // prompts × n
+	// maxTextBytes refuses longer string prompts unencoded (0: no bound).
+	maxTextBytes int
+}
+
+// maxPromptBytes bounds the text of a prompt or a conversation that could
+// still fit the context: every token decodes to at most MaxTokenBytes
+// bytes, so a longer text encodes to more than maxLen tokens. The factor
+// 4 leaves room for normalisation (NFC and the like shorten some texts)
+// and for text a chat template drops.
+func (sn *snapshot) maxPromptBytes() int {
+	return 4 * sn.tok.MaxTokenBytes() * sn.maxLen
 }
 
 // validateCompletion checks a decoded completions request and returns its
@@ -167,7 +232,7 @@ func validateCompletion(req *completionRequest, lim completionLimits) ([][]int, 
 	if req.Logprobs != nil && (*req.Logprobs < 0 || *req.Logprobs > 20) {
 		return nil, p, bad("logprobs", "logprobs must be in [0, 20], got %d", *req.Logprobs)
 	}
-	prompts, err := parsePrompt(req.Prompt, lim.tok, lim.vocab, lim.sequences)
+	prompts, err := parsePrompt(req.Prompt, lim.tok, lim.vocab, lim.sequences, lim.maxTextBytes)
 	if err != nil {
 		return nil, p, err
 	}
@@ -197,7 +262,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	snap := s.eng.snap()
-	prompts, p, err := validateCompletion(&req, completionLimits{tok: snap.tok, vocab: snap.model.Config().VocabSize, maxLen: snap.maxLen, sequences: s.eng.maxSequences()})
+	prompts, p, err := validateCompletion(&req, completionLimits{tok: snap.tok, vocab: snap.model.Config().VocabSize, maxLen: snap.maxLen, sequences: s.eng.maxSequences(), maxTextBytes: snap.maxPromptBytes()})
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -372,7 +437,7 @@ func (s *Server) streamCompletions(w http.ResponseWriter, r *http.Request, id st
 	})
 	if err != nil {
 		s.log.Warn().Err(err).Msg("stream ended early")
-		out.send(map[string]any{"error": apiError{Message: firstLine(err.Error()), Type: "internal_error", Code: 500}})
+		out.send(map[string]any{"error": apiError{Message: clientError(err), Type: "internal_error", Code: 500}})
 	} else if p.includeUsage {
 		out.send(map[string]any{"id": id, "object": "text_completion", "created": created, "model": s.name, "choices": []any{}, "usage": usage(results, p.n)})
 	}
@@ -387,9 +452,24 @@ type chatMessage struct {
 	ReasoningContent string          `json:"reasoning_content"`
 }
 
+// maxMessages bounds a conversation as it is decoded, before the context
+// (each message renders to at least one token) refuses the rest: a body
+// of a million one-word messages is not decoded into a million structs.
+const maxMessages = 1 << 16
+
+// chatMessages is a conversation of at most maxMessages messages.
+type chatMessages []chatMessage
+
+func (m *chatMessages) UnmarshalJSON(b []byte) error {
+	if n := countElements(b, maxMessages+1); n > maxMessages {
+		return bad("messages", "more than %d messages in one conversation", maxMessages)
+	}
+	return json.Unmarshal(b, (*[]chatMessage)(m))
+}
+
 type chatRequest struct {
 	Model               string         `json:"model"`
-	Messages            []chatMessage  `json:"messages"`
+	Messages            chatMessages   `json:"messages"`
 	Logprobs            bool           `json:"logprobs"`
 	TopLogprobs         *int           `json:"top_logprobs"`
 	ChatTemplateKwargs  map[string]any `json:"chat_template_kwargs"`
@@ -470,6 +550,14 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 		top = *req.TopLogprobs
 	}
+	// Work that cannot fit the context is refused before it is built: a
+	// message renders to at least one token, and its text to at least
+	// len/MaxTokenBytes (maxPromptBytes).
+	if len(req.Messages) > snap.maxLen {
+		s.fail(w, bad("messages", "%d messages: more than this model's maximum context length of %d tokens can hold", len(req.Messages), snap.maxLen))
+		return
+	}
+	limit, total := snap.maxPromptBytes(), 0
 	msgs := make([]tokenizer.Message, len(req.Messages))
 	for i, m := range req.Messages {
 		switch m.Role {
@@ -484,6 +572,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		text, err := messageText(m.Content, i)
 		if err != nil {
 			s.fail(w, err)
+			return
+		}
+		if total += len(text) + len(m.ReasoningContent); total > limit {
+			s.fail(w, bad("messages", "the messages hold more than %d bytes of text (at messages[%d]): more than this model's maximum context length of %d tokens can hold", limit, i, snap.maxLen))
 			return
 		}
 		msgs[i] = tokenizer.Message{Role: m.Role, Content: text, ReasoningContent: m.ReasoningContent}
@@ -578,7 +670,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, id string, c
 	})
 	if err != nil {
 		s.log.Warn().Err(err).Msg("stream ended early")
-		out.send(map[string]any{"error": apiError{Message: firstLine(err.Error()), Type: "internal_error", Code: 500}})
+		out.send(map[string]any{"error": apiError{Message: clientError(err), Type: "internal_error", Code: 500}})
 	} else if p.includeUsage {
 		out.send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": s.name, "choices": []any{}, "usage": usage(results, p.n)})
 	}

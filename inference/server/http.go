@@ -256,9 +256,31 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	case errors.Is(err, ErrClosed):
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "", "server is shutting down")
 	default:
+		// The cause (libtorch's text: allocator sizes, file paths) goes to
+		// the server's log, not to the client.
 		s.log.Error().Err(err).Msg("request failed")
-		writeError(w, http.StatusInternalServerError, "internal_error", "", "internal server error: "+firstLine(err.Error()))
+		writeError(w, http.StatusInternalServerError, "internal_error", "", clientError(err))
 	}
+}
+
+// internalMessage is what a client reads of an internal failure.
+const internalMessage = "internal server error: the model could not serve the request (the server's log has the cause)"
+
+// clientError is the message a client gets for an error that is not its
+// request's fault: the client's own cancellation or the server closing
+// by name, anything else (libtorch's text: allocator sizes, file paths)
+// as internalMessage, the cause left to the server's log.
+func clientError(err error) string {
+	var br *badRequest
+	switch {
+	case errors.As(err, &br):
+		return br.msg
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "request cancelled: " + firstLine(err.Error())
+	case errors.Is(err, ErrClosed):
+		return "server is shutting down"
+	}
+	return internalMessage
 }
 
 func firstLine(s string) string {
@@ -302,6 +324,10 @@ func unmarshalBody(body []byte, dst any) error {
 		return bad("", "request body is not valid UTF-8")
 	}
 	if err := json.Unmarshal(body, dst); err != nil {
+		var br *badRequest
+		if errors.As(err, &br) {
+			return br // a field's own check (chatMessages)
+		}
 		return bad("", "malformed JSON body: %v", err)
 	}
 	return nil

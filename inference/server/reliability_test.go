@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -435,4 +437,74 @@ func postAny(t *testing.T, url string, body any) (int, any) {
 	var out any
 	json.NewDecoder(resp.Body).Decode(&out)
 	return resp.StatusCode, out
+}
+
+// TestBodiesThatCannotFitAreRefusedBeforeTheWork: legal bodies under the
+// 32 MiB limit whose text cannot fit the context (a million messages, a
+// 30 MB prompt or message) are refused with a 400 naming the field before
+// they are templated or encoded: the request allocates about what its
+// body and JSON decoding need, not gigabytes ([hardening] 1: one 28.6 MiB
+// chat body peaked at 2.12 GB, a 30 MB prompt added 1.3 GB).
+func TestBodiesThatCannotFitAreRefusedBeforeTheWork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds 30 MB bodies")
+	}
+	ts := newTestServer(t, func(c *Config) { c.MaxModelLen = 1024 })
+	h := ts.Handler()
+	big := strings.Repeat("word ", 6_000_000) // 30 MB
+	var many strings.Builder
+	many.WriteString(`{"max_tokens":1,"messages":[`)
+	for i := range 1_000_000 {
+		if i > 0 {
+			many.WriteByte(',')
+		}
+		many.WriteString(`{"role":"user","content":"hi"}`)
+	}
+	many.WriteString(`]}`)
+	js := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	for _, tc := range []struct {
+		name, path, body, field string
+	}{
+		{"a million messages", "/v1/chat/completions", many.String(), "messages"},
+		{"one 30 MB message", "/v1/chat/completions", js(map[string]any{"max_tokens": 1, "messages": []map[string]string{{"role": "user", "content": big}}}), "messages"},
+		{"a 30 MB prompt", "/v1/completions", js(map[string]any{"max_tokens": 1, "prompt": big}), "prompt"},
+		{"a 30 MB prompt in a list", "/v1/completions", js(map[string]any{"max_tokens": 1, "prompt": []string{"hi", big}}), "prompt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if len(tc.body) > maxBodyBytes {
+				t.Fatalf("body of %d bytes is over the limit: the test needs a legal one", len(tc.body))
+			}
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			req := httptest.NewRequest("POST", "http://127.0.0.1"+tc.path, strings.NewReader(tc.body))
+			req.Header.Set("Content-Type", "application/json")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			runtime.ReadMemStats(&after)
+			if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"param":"`+tc.field+`"`) {
+				msg := firstLine(rec.Body.String())
+				t.Fatalf("status %d %s, want 400 naming %s", rec.Code, msg[:min(300, len(msg))], tc.field)
+			}
+			const limit = 300 << 20 // the body read, its JSON decoding and a copy
+			if got := after.TotalAlloc - before.TotalAlloc; got > limit {
+				t.Errorf("the request allocated %d MiB, want at most %d MiB", got>>20, limit>>20)
+			} else {
+				t.Logf("allocated %d MiB for a %d MiB body", got>>20, len(tc.body)>>20)
+			}
+		})
+	}
+}
+
+func TestCountElements(t *testing.T) {
+	for raw, want := range map[string]int{
+		`[]`: 0, ` [ ] `: 0, `{"a":1}`: 0, `"x"`: 0, `[1]`: 1, `[1, 2, 3]`: 3,
+		`[{"role":"user","content":"a, b"}, {"content":"[{,]}\"quoted, \\\" ,"}]`: 2,
+		`[[1, 2], [3, [4, 5]], {"k": [6, 7]}]`:                                    3,
+		`[1,2,3,4,5,6,7,8,9]`:                                                     5, // stops at the limit
+	} {
+		if got := countElements([]byte(raw), 5); got != want {
+			t.Errorf("countElements(%s, 5) = %d, want %d", raw, got, want)
+		}
+	}
 }
