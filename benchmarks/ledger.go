@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/seedctl/seedctl/internal/atomicfile"
 	"github.com/seedctl/seedctl/internal/ckpthash"
 	"github.com/seedctl/seedctl/internal/jsonl"
 	"github.com/seedctl/seedctl/orchestrator"
@@ -120,11 +121,7 @@ func writeLedger(out, model, weights string, outs []Outcome, old map[string]reco
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("writing the bench ledger: %w", err)
 	}
-	tmp := filepath.Join(out, "."+LedgerFile+".tmp")
-	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("writing the bench ledger: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(out, LedgerFile)); err != nil {
+	if err := atomicfile.WriteBytes(filepath.Join(out, LedgerFile), b.Bytes()); err != nil {
 		return fmt.Errorf("writing the bench ledger: %w", err)
 	}
 	return nil

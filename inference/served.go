@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/seedctl/seedctl/internal/atomicfile"
 )
 
 // A served copy is what a vLLM or SGLang server loads from disk: a
@@ -389,27 +391,7 @@ func writeFileAtomic(dst string, b []byte) error {
 }
 
 // writeAtomic writes dst through a temporary file in its folder, synced
-// and renamed into place.
+// and renamed into place (atomicfile).
 func writeAtomic(dst string, write func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := write(tmp); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
+	return atomicfile.Write(dst, write)
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/seedctl/seedctl/internal/atomicfile"
 	"github.com/seedctl/seedctl/internal/jsonl"
 	"github.com/seedctl/seedctl/internal/tfevents"
 )
@@ -25,6 +26,10 @@ type State struct {
 	// the base model's absolute path before any training).
 	Checkpoint string `json:"checkpoint"`
 	Reference  string `json:"reference"`
+	// BaseWeights is the sha256 of the base model's model.safetensors
+	// when the run started: the base's identity (a recipe builds other
+	// weights on other CPUs); empty for sharded or unreadable weights.
+	BaseWeights string `json:"base_weights_sha256,omitempty"`
 	// DataCursor is the number of training tasks consumed so far.
 	DataCursor int `json:"data_cursor"`
 	Refusals   int `json:"refusals_in_a_row"`
@@ -79,23 +84,7 @@ func writeAtomic(path string, b []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.WriteBytes(path, b)
 }
 
 func writeJSON(path string, v any) error {
@@ -123,13 +112,16 @@ func readState(d runDir) (*State, error) {
 
 // MetricsLine is one line of metrics.jsonl.
 type MetricsLine struct {
-	Kind      string             `json:"kind"` // "iteration", "eval", "stage1"
+	Kind      string             `json:"kind"` // "iteration", "eval", "eval_sampled", "stage1"
 	Iteration int                `json:"iteration"`
 	Time      time.Time          `json:"time"`
 	Values    map[string]float64 `json:"values"`
 	// Split and PerFamily for evals.
 	Split     string             `json:"split,omitempty"`
 	PerFamily map[string]float64 `json:"per_family,omitempty"`
+	// Base names the base policy's weights (sha256, 12 hex digits) on the
+	// base evaluation's lines (iteration 0).
+	Base string `json:"base,omitempty"`
 }
 
 // ReadMetrics reads metrics.jsonl, naming a bad line; a last line torn by

@@ -1,6 +1,10 @@
 package rollout
 
 import (
+	"io"
+
+	"github.com/seedctl/seedctl/internal/atomicfile"
+
 	"bufio"
 	"encoding/json"
 	"fmt"
@@ -121,34 +125,15 @@ func WriteJSONL(path string, trajs []*Trajectory) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("writing trajectories: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing trajectories: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	w := bufio.NewWriter(tmp)
-	enc := json.NewEncoder(w)
-	for _, t := range trajs {
-		if err := enc.Encode(t); err != nil {
-			tmp.Close()
-			return fmt.Errorf("writing trajectory %s: %w", t.ID, err)
+	return atomicfile.Write(path, func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		for _, t := range trajs {
+			if err := enc.Encode(t); err != nil {
+				return fmt.Errorf("writing trajectory %s: %w", t.ID, err)
+			}
 		}
-	}
-	if err := w.Flush(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return os.Rename(tmp.Name(), path)
+		return nil
+	})
 }
 
 // ReadJSONL reads a trajectories file, naming the line of a bad record.

@@ -6,9 +6,12 @@
 package skills
 
 import (
+	"io"
+
+	"github.com/seedctl/seedctl/internal/atomicfile"
+
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -118,23 +121,15 @@ func WriteStore(path string, recs []Record) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("writing skills: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing skills: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	w := bufio.NewWriter(tmp)
-	enc := json.NewEncoder(w)
-	for i := range recs {
-		if err := enc.Encode(&recs[i]); err != nil {
-			tmp.Close()
-			return fmt.Errorf("writing skill of %s: %w", recs[i].TrajectoryID, err)
+	return atomicfile.Write(path, func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		for i := range recs {
+			if err := enc.Encode(&recs[i]); err != nil {
+				return fmt.Errorf("writing skill of %s: %w", recs[i].TrajectoryID, err)
+			}
 		}
-	}
-	if err := errors.Join(w.Flush(), tmp.Sync(), tmp.Chmod(0o644), tmp.Close()); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return os.Rename(tmp.Name(), path)
+		return nil
+	})
 }
 
 // ReadStore reads a skills JSONL file.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -404,11 +403,7 @@ func (o *Optimizer) SaveState(dir string) (err error) {
 	}
 	mb, _ := json.Marshal(optimizerMeta{o.step, o.lr, o.wd, o.beta1, o.beta2, o.eps})
 	meta := map[string]string{"optimizer": "adamw", "state": string(mb), "step": strconv.FormatInt(o.step, 10)}
-	tmp := filepath.Join(dir, "."+o.stateFile()+".tmp")
-	if err := writeShard(tmp, tensors, meta); err != nil {
-		return fmt.Errorf("writing %s: %w", tmp, err)
-	}
-	return os.Rename(tmp, filepath.Join(dir, o.stateFile()))
+	return writeShard(filepath.Join(dir, o.stateFile()), tensors, meta)
 }
 
 // LoadState restores what SaveState wrote in dir. A missing file is an

@@ -1,7 +1,6 @@
 package trainer
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +19,8 @@ import (
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/seedctl/seedctl/internal/atomicfile"
 )
 
 // Hugging Face checkpoint layout (what vLLM, SGLang and transformers load):
@@ -346,40 +347,19 @@ func (m *Model) writeInto(tmp, st, torchName string, maxShard int64, opt SaveOpt
 	return nil
 }
 
+// writeShard writes a safetensors file atomically (atomicfile): in a
+// checkpoint's temporary folder, or the optimizer state beside a
+// checkpoint.
 func writeShard(path string, tensors []stTensor, meta map[string]string) error {
-	return writeSynced(path, func(w io.Writer) error {
-		bw := bufio.NewWriterSize(w, 1<<20)
-		if err := writeSafetensors(bw, tensors, meta); err != nil {
+	return atomicfile.Write(path, func(w io.Writer) error {
+		if err := writeSafetensors(w, tensors, meta); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
-		return bw.Flush()
+		return nil
 	})
 }
 
-func writeFileSync(path string, b []byte) error {
-	return writeSynced(path, func(w io.Writer) error {
-		_, err := w.Write(b)
-		return err
-	})
-}
-
-// writeSynced creates path, lets write fill it and syncs it to disk, so the
-// rename that publishes a checkpoint never exposes a half-written file.
-func writeSynced(path string, write func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
+func writeFileSync(path string, b []byte) error { return atomicfile.WriteBytes(path, b) }
 
 func copyIfExists(src, dst string) error {
 	in, err := os.Open(src)

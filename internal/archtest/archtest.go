@@ -46,7 +46,7 @@ var Rules = []Rule{
 	{Dir: "inference", MayUse: []string{"tokenizer", "internal"}},
 	{Dir: "inference/server", MayUse: []string{"inference", "trainer", "tokenizer", "internal"},
 		Comment: "the embedded server reaches the model through trainer, never gotch"},
-	{Dir: "tokenizer", MayUse: nil},
+	{Dir: "tokenizer", MayUse: []string{"internal"}},
 	{Dir: "benchmarks", MayUse: []string{"orchestrator", "internal"}},
 	{Dir: "basemodel", MayUse: []string{"envadapters", "rollout", "skills", "tokenizer", "trainer", "inference", "internal"},
 		Comment: "builds the tiny base policies: expert corpus (envadapters, rollout prompts, oracle skills), BPE (tokenizer), pre-training (trainer)"},

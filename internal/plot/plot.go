@@ -4,6 +4,10 @@
 package plot
 
 import (
+	"io"
+
+	"github.com/seedctl/seedctl/internal/atomicfile"
+
 	"fmt"
 	"image"
 	"image/color"
@@ -52,19 +56,12 @@ func (c Chart) PNG(path string, w, h int) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if err := png.Encode(f, img); err != nil {
-		f.Close()
-		return fmt.Errorf("encoding %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, func(w io.Writer) error {
+		if err := png.Encode(w, img); err != nil {
+			return fmt.Errorf("encoding %s: %w", path, err)
+		}
+		return nil
+	})
 }
 
 // Render draws the chart.
