@@ -30,7 +30,9 @@ test:
     # (scripts/blas-core.sh); a value already set is kept.
     core=$(./scripts/blas-core.sh)
     if [[ -z "${OPENBLAS_CORETYPE:-}" && -n "$core" ]]; then export OPENBLAS_CORETYPE=$core; fi
-    go test ./...
+    # cmd/seedctl alone takes minutes: a loaded machine must not hit go's
+    # default 10-minute limit per package.
+    go test -timeout 30m ./...
 
 # The same tests built against libtorch 2.11 (PyPI's torch wheel, CPU): the GPU users' libtorch; PKGS narrows them (so list it last on a just line: the names after it are its PKGS). Then check-nccl
 test-torch2 *PKGS:
@@ -76,7 +78,7 @@ lint:
 doctor: build
     ./bin/seedctl doctor
 
-# The main job: SEED on the embedded default (household, tiny base model built on first use, CPU); ARGS go to `seedctl run`
+# The main job: SEED on the embedded default (household, the committed tiny base model, CPU); ARGS go to `seedctl run`
 run *ARGS: build-jobs
     {{seedctl}} run {{ARGS}}
 

@@ -72,7 +72,9 @@ func TestCorpusRenumberBreaksTheNumberOnePrior(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.Corpus.Episodes, r.Corpus.Renumber = 60, renumber
+		// Seed 1's 60 episodes, as measured when the test was written
+		// (with fewer episodes the shares depend on the seed).
+		r.Corpus.Episodes, r.Corpus.Renumber, r.Corpus.Seed = 60, renumber, 1
 		b, _ := envadapters.Lookup(household.Name)
 		eps, err := GenerateCorpus(context.Background(), b, r.Corpus, nil)
 		if err != nil {

@@ -45,6 +45,9 @@ type baseEvalInputs struct {
 	// Left out for the other orders, where greedy evaluation does not
 	// depend on it.
 	EvalSeed int64 `json:"eval_seed,omitempty"`
+	// SampledTemperature: the second, sampled eval_seen pass (left out
+	// when there is none).
+	SampledTemperature float64 `json:"sampled_temperature,omitempty"`
 }
 
 // BaseEvalKey identifies what the base evaluation of a run with this config
@@ -55,8 +58,9 @@ type baseEvalInputs struct {
 // out (evaluation decodes greedily), as is the seed otherwise.
 func (c Config) BaseEvalKey() string {
 	in := baseEvalInputs{Model: c.Model, Env: c.Env, Backend: c.Backend, Episodes: c.Eval.Episodes,
-		Mode: c.Rollout.Mode, Window: c.Rollout.Window, MaxTokens: c.Rollout.MaxTokens, PlacesLine: c.Rollout.PlacesLine, PlacesOrder: placesOrderKey(c.Rollout.PlacesOrder)}
-	if c.Rollout.PlacesOrder == rollout.PlacesOrderEpisode {
+		Mode: c.Rollout.Mode, Window: c.Rollout.Window, MaxTokens: c.Rollout.MaxTokens, PlacesLine: c.Rollout.PlacesLine, PlacesOrder: placesOrderKey(c.Rollout.PlacesOrder),
+		SampledTemperature: c.Eval.SampledTemperature}
+	if c.Rollout.PlacesOrder == rollout.PlacesOrderEpisode || c.Eval.SampledTemperature > 0 {
 		in.EvalSeed = c.evalRolloutConfig().Seed
 	}
 	b, _ := json.Marshal(in)
@@ -109,7 +113,7 @@ func ReadBaseEval(dir string) (*BaseEval, error) {
 	}
 	be := &BaseEval{From: from, Key: cfg.BaseEvalKey(), Point: *st.BaseEval}
 	for _, l := range lines {
-		if l.Kind == "eval" && l.Iteration == 0 {
+		if (l.Kind == "eval" || l.Kind == "eval_sampled") && l.Iteration == 0 {
 			be.Metrics = append(be.Metrics, l)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 func TestBaseEvalKeyNamesWhatTheEvalDependsOn(t *testing.T) {
 	base := validConfig()
 	base.Rollout.PlacesOrder = rollout.PlacesOrderRoom // the seed does not change the prompts
+	base.Eval.SampledTemperature = 0                   // nor draw samples
 	same := map[string]func(*Config){
 		"seed":        func(c *Config) { c.Seed = 7 },
 		"algo":        func(c *Config) { c.Algo = AlgoGRPO },
@@ -29,6 +30,7 @@ func TestBaseEvalKeyNamesWhatTheEvalDependsOn(t *testing.T) {
 		"window":        func(c *Config) { c.Rollout.Window++ },
 		"max tokens":    func(c *Config) { c.Rollout.MaxTokens++ },
 		"backend":       func(c *Config) { c.Backend.Kind = "vllm" },
+		"sampled eval":  func(c *Config) { c.Eval.SampledTemperature = 1 },
 	}
 	// With the places line in an order per episode, the eval seed picks
 	// the orders: the base model reads other prompts under another seed.
@@ -42,6 +44,14 @@ func TestBaseEvalKeyNamesWhatTheEvalDependsOn(t *testing.T) {
 		change(&c)
 		if c.BaseEvalKey() == episode.BaseEvalKey() {
 			t.Errorf("places order per episode: changing the %s kept the base-eval key", name)
+		}
+		// A sampled eval draws with the eval seed whatever the order.
+		s := base
+		s.Eval.SampledTemperature = 1
+		c = s
+		change(&c)
+		if c.BaseEvalKey() == s.BaseEvalKey() {
+			t.Errorf("sampled eval: changing the %s kept the base-eval key", name)
 		}
 	}
 	for name, change := range same {

@@ -49,8 +49,8 @@ func WriteReport(dir string) error {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Run %s\n\n", filepath.Base(dir))
-	fmt.Fprintf(&b, "algo `%s`, env `%s`, model `%s`, seed %d, %d iterations × %d tasks × %d trajectories, data share %.0f%%\n\n",
-		cfg.Algo, cfg.Env.Name, cfg.Model, cfg.Seed, st.Iteration, cfg.TasksPerIteration, cfg.Rollout.GroupSize, 100*cfg.DataShare)
+	fmt.Fprintf(&b, "algo `%s`, env `%s`, model `%s` (%s), seed %d, %d iterations × %d tasks × %d trajectories, data share %.0f%%\n\n",
+		cfg.Algo, cfg.Env.Name, cfg.Model, st.baseName(), cfg.Seed, st.Iteration, cfg.TasksPerIteration, cfg.Rollout.GroupSize, 100*cfg.DataShare)
 	fmt.Fprintf(&b, "%s.\n\n", cfg.EvalProtocol())
 	b.WriteString("| policy | eval-seen success | eval-unseen success | episodes per split |\n|---|---|---|---|\n")
 	for _, row := range []struct {
@@ -60,6 +60,10 @@ func WriteReport(dir string) error {
 		if row.ep != nil {
 			fmt.Fprintf(&b, "| %s | %.1f%% | %.1f%% | %d |\n", row.name, 100*row.ep.Seen, 100*row.ep.Unseen, row.ep.Episodes)
 		}
+	}
+	if st.BaseEval != nil && st.FinalEval != nil && st.FinalEval.SampledTemperature > 0 {
+		fmt.Fprintf(&b, "\nSampled at T=%g (eval_seen, one sample per task): base %.1f%%, trained %.1f%%.\n",
+			st.FinalEval.SampledTemperature, 100*st.BaseEval.SeenSampled, 100*st.FinalEval.SeenSampled)
 	}
 	if st.BaseEval != nil && st.FinalEval != nil && len(st.FinalEval.UnseenByFamily) > 0 {
 		b.WriteString("\n## eval-unseen success per family\n\n| family | base | trained |\n|---|---|---|\n")

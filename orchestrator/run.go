@@ -19,6 +19,7 @@ import (
 
 	"github.com/seedctl/seedctl/envadapters"
 	"github.com/seedctl/seedctl/inference"
+	"github.com/seedctl/seedctl/internal/ckpthash"
 	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/skills"
 )
@@ -77,6 +78,28 @@ type EvalPoint struct {
 	// resample.
 	SeenWins   string `json:"seen_wins,omitempty"`
 	UnseenWins string `json:"unseen_wins,omitempty"`
+	// SampledTemperature and SeenSampled: eval_seen played again sampled
+	// at that temperature (Eval.SampledTemperature; 0: not played).
+	SampledTemperature float64 `json:"sampled_temperature,omitempty"`
+	SeenSampled        float64 `json:"seen_sampled_success,omitempty"`
+}
+
+// BaseName is how runs name their base policy: "weights sha256 <12 hex
+// digits>", or "weights unhashed" when the run did not record them.
+func (st *State) baseName() string {
+	if len(st.BaseWeights) < 12 {
+		return "weights unhashed"
+	}
+	return "weights sha256 " + st.BaseWeights[:12]
+}
+
+// sampledString is ", T=1 eval-seen 12.5%" when the point has a sampled
+// evaluation, else "".
+func (p *EvalPoint) sampledString() string {
+	if p == nil || p.SampledTemperature == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", eval-seen sampled at T=%g %.1f%%", p.SampledTemperature, 100*p.SeenSampled)
 }
 
 // Result is a finished run.
@@ -138,6 +161,9 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Result, error) {
 		return nil, err
 	}
 	st := &State{Version: stateVersion, Algo: cfg.Algo, Seed: cfg.Seed, Checkpoint: cfg.Model, Reference: cfg.Model, Updated: time.Now()}
+	if h, err := ckpthash.Weights(cfg.Model); err == nil {
+		st.BaseWeights = h
+	}
 	if err := writeJSON(dir.state(), st); err != nil {
 		return nil, err
 	}
@@ -172,12 +198,22 @@ func Resume(ctx context.Context, dir string, deps Deps) (*Result, error) {
 	if st.Iteration > cfg.Iterations {
 		return nil, fmt.Errorf("resuming %s: state.json says %d iterations are done, the run's config.json has %d: one of the two is damaged or from another run", dir, st.Iteration, cfg.Iterations)
 	}
+	if err := checkFiles(d, st); err != nil {
+		return nil, fmt.Errorf("resuming %s: %w", dir, err)
+	}
+	if st.Iteration > 0 || st.BaseEval != nil {
+		// The history: an empty or missing metrics.jsonl would restart
+		// the curves and the report from the middle.
+		if lines, err := ReadMetrics(d.metrics()); err != nil || len(lines) == 0 {
+			return nil, fmt.Errorf("resuming %s: metrics.jsonl is missing or empty (%v) but state.json records %d iterations and a base evaluation %v: the run's history is lost; restore metrics.jsonl from a copy of the folder, or start a new run", dir, err, st.Iteration, st.BaseEval != nil)
+		}
+	}
 	// Drop metrics of unfinished work so nothing is counted twice.
 	if err := trimMetrics(d.metrics(), func(l MetricsLine) bool {
 		switch l.Kind {
 		case "stage1":
 			return st.Stage1Done
-		case "eval":
+		case "eval", "eval_sampled":
 			if l.Iteration == 0 {
 				return st.BaseEval != nil
 			}
@@ -229,7 +265,7 @@ func execute(ctx context.Context, cfg Config, deps Deps, dir runDir, st *State) 
 			}
 		}
 		ep := st.BaseEval
-		r.printf("base policy: eval-seen success %.1f%%, eval-unseen %.1f%% (%d episodes each%s)\n", 100*ep.Seen, 100*ep.Unseen, ep.Episodes, from)
+		r.printf("base policy (%s): eval-seen success %.1f%%, eval-unseen %.1f%% (%d episodes each%s)%s\n", st.baseName(), 100*ep.Seen, 100*ep.Unseen, ep.Episodes, from, ep.sampledString())
 	}
 	if cfg.UsesSFT() && !st.Stage1Done {
 		if err := r.stage1(ctx); err != nil {
@@ -269,8 +305,8 @@ func execute(ctx context.Context, cfg Config, deps Deps, dir runDir, st *State) 
 	if err := WriteReport(string(dir)); err != nil {
 		return nil, fmt.Errorf("writing the report: %w", err)
 	}
-	r.printf("trained policy (%s, %d iterations): eval-seen success %.1f%% (base %.1f%%), eval-unseen %.1f%% (base %.1f%%); report: %s\n",
-		cfg.Algo, st.Iteration, 100*st.FinalEval.Seen, 100*st.BaseEval.Seen, 100*st.FinalEval.Unseen, 100*st.BaseEval.Unseen, HTMLReportPath(string(dir)))
+	r.printf("trained policy (%s, %d iterations): eval-seen success %.1f%% (base %.1f%%), eval-unseen %.1f%% (base %.1f%%)%s; base %s; report: %s\n",
+		cfg.Algo, st.Iteration, 100*st.FinalEval.Seen, 100*st.BaseEval.Seen, 100*st.FinalEval.Unseen, 100*st.BaseEval.Unseen, st.FinalEval.sampledString(), st.baseName(), HTMLReportPath(string(dir)))
 	return &Result{Dir: string(dir), State: *st, Base: st.BaseEval, Final: st.FinalEval, Duration: time.Since(r.start), EvalProtocol: r.cfg.EvalProtocol()}, nil
 }
 
@@ -465,11 +501,54 @@ func (r *run) evaluate(ctx context.Context, k int) (*EvalPoint, error) {
 		lines = append(lines, MetricsLine{Kind: "eval", Iteration: k, Time: time.Now(), Split: string(split), PerFamily: met.SuccessByFamily,
 			Values: map[string]float64{"success": met.Success, "score": met.MeanScore, "mean_steps": met.MeanSteps, "invalid_rate": met.InvalidRate, "rejected_rate": met.RejectedRate, "episodes": float64(met.Episodes)}})
 	}
+	if t := r.cfg.Eval.SampledTemperature; t > 0 {
+		line, err := r.evaluateSampled(ctx, k, n)
+		if err != nil {
+			return nil, err
+		}
+		if line != nil {
+			ep.SampledTemperature, ep.SeenSampled = t, line.Values["success"]
+			lines = append(lines, *line)
+		}
+	}
+	if k == 0 && len(r.st.BaseWeights) >= 12 {
+		for i := range lines {
+			lines[i].Base = r.st.BaseWeights[:12]
+		}
+	}
 	if err := appendMetrics(r.dir.metrics(), lines...); err != nil {
 		return nil, err
 	}
 	r.log.Info().Int("iteration", k).Float64("seen", ep.Seen).Float64("unseen", ep.Unseen).Msg("eval")
 	return ep, nil
+}
+
+// evaluateSampled plays n tasks of eval_seen once each at
+// Eval.SampledTemperature: its metrics line (kind "eval_sampled"), or nil
+// when the environment has no eval_seen tasks.
+func (r *run) evaluateSampled(ctx context.Context, k, n int) (*MetricsLine, error) {
+	m := min(n, r.env.Tasks.SplitSize(envadapters.EvalSeen))
+	if m == 0 {
+		return nil, nil
+	}
+	tasks, err := r.env.Tasks.Tasks(envadapters.EvalSeen, m)
+	if err != nil {
+		return nil, fmt.Errorf("sampled eval: listing eval_seen tasks: %w", err)
+	}
+	rc := r.cfg.sampledEvalRolloutConfig()
+	runner, err := rollout.NewRunner(rc, r.env.Name, r.env.Factory, r.policy, r.log)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	trajs, err := runner.Run(ctx, tasks, k, r.progress(fmt.Sprintf("eval eval_seen at T=%g (iteration %d)", rc.Temperature, k)))
+	if err != nil {
+		return nil, fmt.Errorf("sampled eval on eval_seen at T=%g: %w", rc.Temperature, err)
+	}
+	met := rollout.Summarize(trajs, time.Since(start))
+	return &MetricsLine{Kind: "eval_sampled", Iteration: k, Time: time.Now(), Split: string(envadapters.EvalSeen), PerFamily: met.SuccessByFamily,
+		Values: map[string]float64{"success": met.Success, "score": met.MeanScore, "mean_steps": met.MeanSteps, "invalid_rate": met.InvalidRate, "rejected_rate": met.RejectedRate,
+			"episodes": float64(met.Episodes), "temperature": rc.Temperature}}, nil
 }
 
 // winString is EvalPoint.SeenWins for tasks: '1' where a trajectory of
@@ -579,6 +658,9 @@ func (r *run) stage1(ctx context.Context) error {
 	}
 	rel, _ := filepath.Rel(string(r.dir), ck)
 	r.st.Stage1Done, r.st.Checkpoint, r.st.Reference = true, rel, rel
+	if err := r.recordFiles(); err != nil {
+		return err
+	}
 	if err := r.saveState(); err != nil {
 		return err
 	}
@@ -960,6 +1042,9 @@ func (r *run) iterate(ctx context.Context, k int) error {
 	}
 	prev := r.st.Checkpoint
 	r.st.Iteration, r.st.Checkpoint, r.st.DataCursor = k, filepath.Join("checkpoints", name), k*r.cfg.TasksPerIteration
+	if err := r.recordFiles(); err != nil {
+		return err
+	}
 	if err := r.saveState(); err != nil {
 		return err
 	}

@@ -30,6 +30,10 @@ type State struct {
 	// when the run started: the base's identity (a recipe builds other
 	// weights on other CPUs); empty for sharded or unreadable weights.
 	BaseWeights string `json:"base_weights_sha256,omitempty"`
+	// Files are the size and sha256 of every file of the checkpoint and
+	// the reference, recorded when they were written and checked on
+	// resume (relative to the run folder; empty before stage 1).
+	Files map[string]FileSum `json:"files,omitempty"`
 	// DataCursor is the number of training tasks consumed so far.
 	DataCursor int `json:"data_cursor"`
 	Refusals   int `json:"refusals_in_a_row"`

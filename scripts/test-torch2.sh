@@ -73,4 +73,4 @@ pkgs=("$@")
 ((${#pkgs[@]})) || pkgs=(./...)
 log "go test ${pkgs[*]} against libtorch $TORCH_VERSION (CPU)"
 go run ./cmd/seedctl doctor --matmul-time 200ms 2>&1 | grep -E 'libtorch|device' || true
-go test "${pkgs[@]}"
+go test -timeout 30m "${pkgs[@]}"

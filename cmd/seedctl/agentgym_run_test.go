@@ -19,6 +19,7 @@ import (
 	"github.com/seedctl/seedctl/inference/server/servertest"
 	"github.com/seedctl/seedctl/orchestrator"
 	"github.com/seedctl/seedctl/rollout"
+	"github.com/seedctl/seedctl/trainer"
 )
 
 // neverEnding plays AgentGym's SciWorld server as the real one behaves
@@ -103,9 +104,10 @@ func TestAgentGymRunStopsAtMaxStepsOnItsOwnSplits(t *testing.T) {
 			t.Errorf("reset to index %d, outside every configured range", idx)
 		}
 	}
-	// Base and final evaluation: 2 tasks of each eval split, each time.
-	if evalResets != 2*2*2 {
-		t.Errorf("%d eval resets, want 8 (2 tasks × 2 splits × 2 evaluations)", evalResets)
+	// Base and final evaluation: 2 tasks of each eval split, and of
+	// eval_seen again sampled at T=1, each time.
+	if evalResets != 2*3*2 {
+		t.Errorf("%d eval resets, want 12 (2 tasks × 3 passes (eval_seen, eval_unseen, eval_seen at T=1) × 2 evaluations)", evalResets)
 	}
 	// At most tasks × group episodes play at once; the pool reuses them.
 	if most := cfg.TasksPerIteration * cfg.Rollout.GroupSize; srv.creates > most || srv.closes != srv.creates {
@@ -207,5 +209,38 @@ func TestDamagedRunsAreRefused(t *testing.T) {
 		if _, err := orchestrator.Resume(context.Background(), res.Dir, deps); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("state.json with %s: resume said %v, want an error saying %q", c.to, err, c.want)
 		}
+	}
+	os.WriteFile(state, raw, 0o644)
+	// Files damaged after they were written ([hardening] 8): each is
+	// refused, naming the file, where they used to be resumed silently.
+	ck := filepath.Join(res.Dir, "checkpoints", "iter-1")
+	for _, c := range []struct {
+		name, file, want string
+		damage           func(path string, b []byte)
+	}{
+		{"missing optimizer state", filepath.Join(ck, trainer.OptimizerStateFile), "optimizer.safetensors is missing", func(p string, _ []byte) { os.Remove(p) }},
+		{"zeroed weights", filepath.Join(ck, "model.safetensors"), "model.safetensors changed since it was written", func(p string, b []byte) {
+			z := append([]byte(nil), b...)
+			for i := len(z) / 2; i < len(z)/2+4096 && i < len(z); i++ {
+				z[i] = 0
+			}
+			os.WriteFile(p, z, 0o644)
+		}},
+		{"truncated weights", filepath.Join(ck, "model.safetensors"), "model.safetensors has", func(p string, b []byte) { os.WriteFile(p, b[:len(b)/2], 0o644) }},
+		{"empty metrics", filepath.Join(res.Dir, "metrics.jsonl"), "metrics.jsonl is missing or empty", func(p string, _ []byte) { os.WriteFile(p, nil, 0o644) }},
+	} {
+		orig, err := os.ReadFile(c.file)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		c.damage(c.file, orig)
+		if _, err := orchestrator.Resume(context.Background(), res.Dir, deps); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: resume said %v, want an error saying %q", c.name, err, c.want)
+		}
+		os.WriteFile(c.file, orig, 0o644)
+	}
+	// Restored, the folder resumes (a finished run: nothing left to do).
+	if _, err := orchestrator.Resume(context.Background(), res.Dir, deps); err != nil {
+		t.Errorf("the restored folder: %v", err)
 	}
 }

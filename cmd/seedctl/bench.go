@@ -18,7 +18,7 @@ func benchCommand() *cli.Command {
 		Usage: "reproduce the paper's tables (methods × data shares × seeds) on a config; resumable",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "base run config (default: the embedded default)"},
-			&cli.StringFlag{Name: "model", Usage: "base policy checkpoint for the embedded default (default: the bootstrapped tiny household model)"},
+			&cli.StringFlag{Name: "model", Usage: "base policy checkpoint for the embedded default (default: the committed tiny household model)"},
 			&cli.BoolFlag{Name: "quick", Usage: "GRPO and SEED with all the tasks, SEED with 40% of them, one seed (about 20 minutes)"},
 			&cli.StringFlag{Name: "out", Usage: "results folder (default bench/results/<date>-<host>); an existing one is resumed"},
 			&cli.DurationFlag{Name: "budget", Usage: "start no new experiment after this long (0: none)"},

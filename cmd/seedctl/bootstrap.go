@@ -64,6 +64,7 @@ func bootstrapCommand() *cli.Command {
 			&cli.Float64Flag{Name: "search-follow", Usage: "with --places-line few or all: the share of the demonstrations' search steps that go to the first place the line names (the rest: a random place it names)"},
 			&cli.StringFlag{Name: "places-line", Usage: "override the household prompt's places line: next (the next place not searched and a count), few (the next three and a count) or all (every place not searched); with few or all, demonstrations pick among the places named (see --search-follow)"},
 			&cli.BoolFlag{Name: "rebuild", Usage: "build even when a cached model exists"},
+			&cli.IntFlag{Name: "grade-episodes", Value: 200, Usage: "after building, measure the model on this many tasks of each eval split (greedy, plain and, on eval_seen, with oracle skills) and print it beside the committed base (0: not; household only)"},
 		},
 		Action: func(c *cli.Context) error {
 			log := logger(c)
@@ -148,15 +149,71 @@ func bootstrapCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("model bootstrap: "+err.Error(), 1)
 			}
-			hash, _ := basemodel.WeightsHash(dir)
+			hash, err := basemodel.WeightsHash(dir)
+			if err != nil {
+				return cli.Exit("model bootstrap: hashing the weights: "+err.Error(), 1)
+			}
 			verb := "reused"
 			if built {
 				verb = "built"
 			}
-			fmt.Fprintf(c.App.Writer, "%s %s base model at %s in %s (weights sha256 %s)\n", verb, r.Env, dir, time.Since(start).Round(time.Second), hash[:16])
+			fmt.Fprintf(c.App.Writer, "%s %s base model %s at %s in %s (weights sha256 %s)\n", verb, r.Env, basemodel.BaseName(r.Env, r.Size, hash), dir, time.Since(start).Round(time.Second), hash)
+			if n := c.Int("grade-episodes"); n > 0 && r.Env == orchestrator.Default().Env.Name {
+				f, err := gradeBase(c, dir, n)
+				if err != nil {
+					return cli.Exit("model bootstrap: grading the model: "+err.Error(), 1)
+				}
+				cb, err := basemodel.Committed()
+				if err != nil {
+					return cli.Exit("model bootstrap: "+err.Error(), 1)
+				}
+				printGrades(c.App.Writer, basemodel.BaseName(r.Env, r.Size, hash), f, cb)
+			}
 			return nil
 		},
 	}
+}
+
+// gradeBase measures a household base on the embedded default's eval
+// protocol (greedy, 20 steps, its environment options and places order,
+// eval seed 1): plain on both eval splits, with oracle skills on
+// eval_seen.
+func gradeBase(c *cli.Context, dir string, episodes int) (basemodel.Figures, error) {
+	def := orchestrator.Default()
+	f := basemodel.Figures{Episodes: episodes}
+	for _, g := range []struct {
+		split envadapters.Split
+		hints string
+		into  *float64
+	}{{envadapters.EvalSeen, "", &f.Seen}, {envadapters.EvalUnseen, "", &f.Unseen}, {envadapters.EvalSeen, "oracle", &f.SeenOracle}} {
+		label := "grade " + string(g.split)
+		if g.hints != "" {
+			label += " with " + g.hints + " skills"
+		}
+		res, err := basemodel.Evaluate(c.Context, basemodel.EvalConfig{
+			ModelDir: dir, Env: def.Env.Name, Split: g.split, Episodes: episodes, Hints: g.hints, Temperature: 0,
+			MaxTokens: def.Rollout.MaxTokens, Seed: 1, MaxSteps: def.Env.MaxSteps, EnvOptions: envadapters.Options(def.Env.Options),
+			PlacesOrder: def.Rollout.PlacesOrder,
+		}, logger(c), progressLine(c.App.ErrWriter, label, def.Env.MaxSteps))
+		if err != nil {
+			return f, err
+		}
+		*g.into = res.Metrics.Success
+	}
+	return f, nil
+}
+
+// printGrades prints a built base's figures beside the committed base's.
+func printGrades(w io.Writer, name string, f basemodel.Figures, cb basemodel.CommittedBase) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "greedy, %d tasks per split\t%s (this build)\t%s (committed, %d tasks)\n", f.Episodes, name, cb.Name, cb.Figures.Episodes)
+	row := func(what string, a, b float64) { fmt.Fprintf(tw, "%s\t%.1f%%\t%.1f%%\n", what, 100*a, 100*b) }
+	row("eval_seen", f.Seen, cb.Figures.Seen)
+	row("eval_unseen", f.Unseen, cb.Figures.Unseen)
+	row("eval_seen with oracle skills", f.SeenOracle, cb.Figures.SeenOracle)
+	fmt.Fprintf(tw, "oracle gain (points)\t%+.1f\t%+.1f\n", 100*f.OracleGain(), 100*cb.Figures.OracleGain())
+	fmt.Fprintf(tw, "parseable skills after stage 1\t(a run's iteration 1: skill_parse_ok)\t%.1f%%\n", 100*cb.Figures.SkillParse)
+	tw.Flush()
 }
 
 func refineCommand() *cli.Command {

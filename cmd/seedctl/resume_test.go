@@ -156,6 +156,7 @@ func resumeAfterKill(t *testing.T, nproc int, zero bool) {
 	// learning rate). A small rate keeps those far below what could flip a
 	// sampled token, so the comparison below can demand identical records.
 	cfg.RL.LR, cfg.Stage1.LR = 1e-5, 1e-5
+	cfg.Eval.SampledTemperature = 1
 	ref, err := orchestrator.Start(context.Background(), cfg, deps)
 	if err != nil {
 		t.Fatal(err)
@@ -220,6 +221,25 @@ func resumeAfterKill(t *testing.T, nproc int, zero bool) {
 		t.Fatalf("resumed run ended at iteration %d", res.State.Iteration)
 	}
 	sameRecords(t, ref.Dir, dir, cfg.Iterations)
+	// Every eval line once: the base's (iteration 0) kept across the kill.
+	lines, err := orchestrator.ReadMetrics(filepath.Join(dir, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evals := map[string]int{}
+	for _, l := range lines {
+		if l.Kind == "eval" || l.Kind == "eval_sampled" {
+			evals[fmt.Sprintf("%s %s %d", l.Kind, l.Split, l.Iteration)]++
+		}
+	}
+	for k, n := range evals {
+		if n != 1 {
+			t.Errorf("%s: %d lines after the resume, want 1", k, n)
+		}
+	}
+	if len(evals) != 6 {
+		t.Errorf("eval lines %v, want eval_seen, eval_unseen and sampled eval_seen at iterations 0 and %d", evals, cfg.Iterations)
+	}
 }
 
 // failingBackend passes calls through until fail is set, then fails every

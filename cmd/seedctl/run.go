@@ -94,8 +94,8 @@ func openBackendFor(cfg orchestrator.BackendConfig, dtype string, retryFor time.
 	}
 }
 
-// defaultRunConfig is the embedded default: the bootstrapped household
-// base model (built on first use), embedded server, oracle stage 1.
+// defaultRunConfig is the embedded default: the committed household base
+// model, embedded server, oracle stage 1.
 func defaultRunConfig(c *cli.Context, log zerolog.Logger) (orchestrator.Config, error) {
 	cfg := orchestrator.Default()
 	if c.String("model") != "" {
@@ -106,17 +106,19 @@ func defaultRunConfig(c *cli.Context, log zerolog.Logger) (orchestrator.Config, 
 		}
 		return cfg, nil
 	}
-	r, err := basemodel.DefaultRecipe("household", "tiny")
+	// The committed base (basemodel.EnsureCommitted): the same weights on
+	// every machine, unpacked into the user cache on first use.
+	dir, cb, err := basemodel.EnsureCommitted("")
 	if err != nil {
-		return cfg, err
+		return cfg, fmt.Errorf("unpacking the committed base model: %w", err)
 	}
-	dir, built, err := basemodel.Ensure(c.Context, r, "", log, stageProgress(c.App.ErrWriter))
-	if err != nil {
-		return cfg, fmt.Errorf("bootstrapping the base model: %w", err)
+	r, ok := basemodel.ReadRecipe(dir)
+	if !ok {
+		return cfg, fmt.Errorf("the committed base model at %s has no recipe.json", dir)
 	}
-	if built {
-		fmt.Fprintf(c.App.Writer, "built the household base model at %s\n", dir)
-	}
+	f := cb.Figures
+	fmt.Fprintf(c.App.Writer, "base model %s (committed; measured greedy on %d tasks: eval-seen %.1f%%, eval-unseen %.1f%%, with oracle skills %.1f%%)\n",
+		cb.Name, f.Episodes, 100*f.Seen, 100*f.Unseen, 100*f.SeenOracle)
 	cfg.Model = dir
 	cfg.Rollout.Mode, cfg.Rollout.Window, cfg.Rollout.PlacesLine = r.Mode, r.Window, r.Corpus.PlacesLine
 	return cfg, nil
@@ -132,7 +134,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "algo", Usage: "seed, grpo, static-skill, random-skill or seed-no-sft"},
 			&cli.StringFlag{Name: "name", Usage: "run name (folder under runs_dir)"},
 			&cli.StringFlag{Name: "runs-dir", Usage: "where run folders go"},
-			&cli.StringFlag{Name: "model", Usage: "base policy checkpoint (default: the bootstrapped tiny household model)"},
+			&cli.StringFlag{Name: "model", Usage: "base policy checkpoint (default: the committed tiny household model)"},
 			&cli.IntFlag{Name: "iterations", Usage: "stage-2 iterations"},
 			&cli.IntFlag{Name: "tasks", Usage: "tasks per iteration (B)"},
 			&cli.IntFlag{Name: "group", Usage: "trajectories per task (G)"},
@@ -147,6 +149,9 @@ func runCommand() *cli.Command {
 			&cli.Float64Flag{Name: "lambda", Usage: "λ, the weight of the gated distillation loss (paper: 0.01)"},
 			&cli.Float64Flag{Name: "beta", Usage: "β of the gate σ(β·Δ) (paper: 5)"},
 			&cli.IntFlag{Name: "max-steps", Usage: "episode step limit (training and eval)"},
+			&cli.StringFlag{Name: "invalid", Usage: "what makes a step invalid: format (the reply lacks its action tag or holds CJK characters: the public code's) or env (also actions the environment rejects)"},
+			&cli.Float64Flag{Name: "invalid-penalty", Usage: "reward taken off per invalid step (the public code: 0.1 against a success reward of 10)"},
+			&cli.Float64Flag{Name: "eval-sampled-temperature", Usage: "also play eval_seen sampled at this temperature beside the greedy eval (0: not)"},
 			&cli.StringFlag{Name: "update", Usage: "stage-2 update: public (the public SEED code's, the default) or legacy (seedctl's before it: trajectory returns, one step per iteration; to compare)"},
 			envOptFlag(),
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "trainer device: cpu or cuda"},
@@ -272,6 +277,15 @@ func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) error {
 	if v := c.Int("max-steps"); c.IsSet("max-steps") {
 		cfg.Env.MaxSteps = v
 	}
+	if v := c.String("invalid"); v != "" {
+		cfg.Rollout.Invalid = v
+	}
+	if c.IsSet("invalid-penalty") {
+		cfg.Rollout.InvalidPenalty = c.Float64("invalid-penalty")
+	}
+	if c.IsSet("eval-sampled-temperature") {
+		cfg.Eval.SampledTemperature = c.Float64("eval-sampled-temperature")
+	}
 	if v := c.String("update"); v != "" {
 		if err := cfg.UseUpdate(v); err != nil {
 			return err
@@ -286,8 +300,15 @@ func reportRun(c *cli.Context, res *orchestrator.Result, err error) error {
 	}
 	fmt.Fprintf(c.App.Writer, "run %s finished in %s\n", res.Dir, res.Duration.Round(time.Second))
 	fmt.Fprintf(c.App.Writer, "%s\n", res.EvalProtocol)
-	fmt.Fprintf(c.App.Writer, "base policy:    eval-seen success %.1f%%, eval-unseen %.1f%%\n", 100*res.Base.Seen, 100*res.Base.Unseen)
+	base := ""
+	if h := res.State.BaseWeights; len(h) >= 12 {
+		base = " (weights sha256 " + h[:12] + ")"
+	}
+	fmt.Fprintf(c.App.Writer, "base policy:    eval-seen success %.1f%%, eval-unseen %.1f%%%s\n", 100*res.Base.Seen, 100*res.Base.Unseen, base)
 	fmt.Fprintf(c.App.Writer, "trained policy: eval-seen success %.1f%%, eval-unseen %.1f%%\n", 100*res.Final.Seen, 100*res.Final.Unseen)
+	if res.Final.SampledTemperature > 0 {
+		fmt.Fprintf(c.App.Writer, "sampled at T=%g: eval-seen success %.1f%% (base %.1f%%)\n", res.Final.SampledTemperature, 100*res.Final.SeenSampled, 100*res.Base.SeenSampled)
+	}
 	fmt.Fprintf(c.App.Writer, "report: %s (tables: %s)\n", orchestrator.HTMLReportPath(res.Dir), filepath.Join(res.Dir, "report", "results.md"))
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/seedctl/seedctl/basemodel"
 	"github.com/seedctl/seedctl/benchmarks"
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/inference/server/servertest"
@@ -52,6 +53,7 @@ func tinyRunConfig(t *testing.T, algo string) orchestrator.Config {
 
 func TestRunEndToEndTinyModel(t *testing.T) {
 	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
+	cfg.Eval.SampledTemperature = 1
 	var backend inference.Backend
 	open := openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())
 	probe := []int{5, 17, 3, 88, 41, 9}
@@ -136,7 +138,34 @@ func TestRunEndToEndTinyModel(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(dir, "state.json"))
 	json.Unmarshal(b, &st)
 	if !st.Done || st.Iteration != 3 || !st.Stage1Done || st.BaseEval == nil || st.FinalEval == nil {
-		t.Errorf("state %+v", st)
+		t.Fatalf("state %+v", st)
+	}
+	// The base is named by its weights, in the state, on the base eval's
+	// metrics lines and in the report.
+	want, err := basemodel.WeightsHash(cfg.Model)
+	if err != nil || st.BaseWeights != want {
+		t.Errorf("state names base weights %q, want %q (%v)", st.BaseWeights, want, err)
+	}
+	sampled := map[int]int{}
+	for _, l := range lines {
+		if l.Kind == "eval" && l.Iteration == 0 && l.Base != want[:12] {
+			t.Errorf("base eval line names base %q, want %q", l.Base, want[:12])
+		}
+		if l.Kind == "eval_sampled" {
+			sampled[l.Iteration]++
+			if l.Split != "eval_seen" || l.Values["temperature"] != 1 || l.Values["episodes"] != float64(cfg.Eval.Episodes) {
+				t.Errorf("sampled eval line %+v", l)
+			}
+		}
+	}
+	if sampled[0] != 1 || sampled[cfg.Iterations] != 1 || len(sampled) != 2 {
+		t.Errorf("sampled eval lines per iteration %v, want one at 0 and one at %d", sampled, cfg.Iterations)
+	}
+	if st.BaseEval.SampledTemperature != 1 || st.FinalEval.SampledTemperature != 1 {
+		t.Errorf("eval points lack the sampled eval: base %+v final %+v", st.BaseEval, st.FinalEval)
+	}
+	if md, _ := os.ReadFile(filepath.Join(dir, "report", "results.md")); !strings.Contains(string(md), "weights sha256 "+want[:12]) || !strings.Contains(string(md), "Sampled at T=1") {
+		t.Errorf("results.md does not name the base weights or the sampled eval:\n%s", md)
 	}
 	// seedctl report compares finished runs (here the run with itself).
 	cmp := filepath.Join(t.TempDir(), "cmp")

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/seedctl/seedctl/basemodel"
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/inference/server/servertest"
 	"github.com/seedctl/seedctl/inference/vllmfake"
@@ -92,8 +93,20 @@ const fp32Tolerance = 0.02
 func TestRealVLLMRunWithLaunch(t *testing.T) {
 	prog := vllmProgram(t)
 	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
-	servableCheckpoint(t, cfg.Model, 3, true)
-	os.Remove(filepath.Join(cfg.Model, trainer.OptimizerStateFile))
+	// The embedded default's committed base (tied embeddings, head_dim
+	// 32, its own tokenizer), prompted as it was trained: vLLM's CPU build
+	// serves it, and every publish of its training is checked against the
+	// trainer.
+	base, _, err := basemodel.EnsureCommitted(filepath.Join(t.TempDir(), "committed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := basemodel.ReadRecipe(base)
+	if !ok {
+		t.Fatal("the committed base has no recipe.json")
+	}
+	cfg.Model = base
+	cfg.Rollout.Mode, cfg.Rollout.Window, cfg.Rollout.PlacesLine = r.Mode, r.Window, r.Corpus.PlacesLine
 	cfg.Iterations = 2
 	cfg.Backend = orchestrator.BackendConfig{Kind: "vllm", Model: "policy", VLLMPublish: "reload",
 		Launch:    []string{prog, "--max-model-len", "4096", "--dtype", "float32", "--max-num-seqs", "32"},
