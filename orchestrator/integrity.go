@@ -1,17 +1,15 @@
 package orchestrator
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/seedctl/seedctl/internal/ckpthash"
 )
 
 // FileSum is a run-folder file's size and sha256 as recorded in
@@ -54,29 +52,35 @@ func sumFiles(d runDir, rels ...string) (map[string]FileSum, error) {
 }
 
 func sumFile(p string) (FileSum, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return FileSum{}, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return FileSum{}, err
-	}
-	return FileSum{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	sum, size, err := ckpthash.File(p)
+	return FileSum{Size: size, SHA256: sum}, err
 }
 
 // recordFiles sums the current checkpoint and reference into the state
 // (saved by the caller).
+//
+// The reference does not change after stage 1: its sums already in the
+// state are kept, not computed again every iteration.
 func (r *run) recordFiles() error {
-	refs := []string{r.st.Checkpoint}
-	if r.st.Reference != r.st.Checkpoint {
-		refs = append(refs, r.st.Reference)
-	}
-	sums, err := sumFiles(r.dir, refs...)
+	sums, err := sumFiles(r.dir, r.st.Checkpoint)
 	if err != nil {
 		return err
+	}
+	if ref := r.st.Reference; ref != r.st.Checkpoint && ref != "" && !filepath.IsAbs(ref) {
+		prefix := filepath.ToSlash(filepath.Clean(ref)) + "/"
+		kept := false
+		for k, v := range r.st.Files {
+			if strings.HasPrefix(k, prefix) {
+				sums[k], kept = v, true
+			}
+		}
+		if !kept {
+			refSums, err := sumFiles(r.dir, ref)
+			if err != nil {
+				return err
+			}
+			maps.Copy(sums, refSums)
+		}
 	}
 	r.st.Files = sums
 	return nil
