@@ -76,21 +76,14 @@ type EvalResult struct {
 // solving that task in an environment with opts (its step limit aside): the
 // "useful advice in context" base models must be able to use.
 func OracleHints(ctx context.Context, b envadapters.Builtin, tasks []envadapters.Task, opts envadapters.Options) (map[string]string, error) {
-	demo := opts.With("max_steps", "50")
-	tmpl := rollout.TemplateFor(b.Name())
 	out := map[string]string{}
-	oracle := &skills.OracleAnalyzer{K: 0}
 	for _, t := range tasks {
-		_, traj, err := playDemo(ctx, b, t, tmpl, true, 0, 0, 0, 0, demo)
+		s, err := skills.ExpertSkill(ctx, b, t, opts)
 		if err != nil {
 			return nil, fmt.Errorf("hint for %s: %w", t.ID, err)
 		}
-		recs, err := oracle.Analyze(ctx, []skills.Request{{Traj: traj}})
-		if err != nil {
-			return nil, err
-		}
-		if recs[0].Skill != nil {
-			out[t.ID] = recs[0].Skill.EpisodeSkill
+		if s != "" {
+			out[t.ID] = s
 		}
 	}
 	return out, nil

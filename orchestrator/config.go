@@ -35,10 +35,15 @@ const (
 	AlgoStaticSkill = "static-skill"
 	AlgoRandomSkill = "random-skill"
 	AlgoSEEDNoSFT   = "seed-no-sft"
+	// AlgoPrivilegedSkill distils from a privileged teacher (ours): each
+	// trajectory's skill is the oracle's advice about the scripted expert
+	// solving the same task (skills.PrivilegedAnalyzer); no stage 1.
+	// Built-in environments only: the mechanism ladder's top rung.
+	AlgoPrivilegedSkill = "privileged-skill"
 )
 
 // Algos lists the accepted --algo values.
-var Algos = []string{AlgoSEED, AlgoGRPO, AlgoStaticSkill, AlgoRandomSkill, AlgoSEEDNoSFT}
+var Algos = []string{AlgoSEED, AlgoGRPO, AlgoStaticSkill, AlgoRandomSkill, AlgoSEEDNoSFT, AlgoPrivilegedSkill}
 
 // EnvConfig selects the environment.
 type EnvConfig struct {
@@ -406,6 +411,13 @@ type RLConfig struct {
 	// forward pass but makes the update independent of the server's batch
 	// composition and precision; the gap is logged as old_logp_max_gap.
 	ServerOldLogP bool `json:"server_old_logp,omitempty"`
+	// TermGradsEvery > 0 splits the update's gradient by loss term on
+	// every TermGradsEvery-th optimizer step (metrics grad_norm_grpo,
+	// grad_norm_opd, grad_norm_kl, grad_norm_entropy, grad_share_*,
+	// grad_cos_*): one extra backward pass per term on those steps, and 4
+	// bytes per parameter per term in host memory, so a diagnostic for
+	// small policies. The update is unchanged. 0: off.
+	TermGradsEvery int `json:"term_grads_every,omitempty"`
 }
 
 // EvalConfig is the periodic evaluation (plain prompts). Reported numbers
@@ -446,7 +458,8 @@ type Config struct {
 	Name string `json:"name"`
 	// RunsDir holds the run folders.
 	RunsDir string `json:"runs_dir"`
-	// Algo is seed, grpo, static-skill, random-skill or seed-no-sft.
+	// Algo is seed, grpo, static-skill, random-skill, seed-no-sft or
+	// privileged-skill.
 	Algo string `json:"algo"`
 	// Seed of every random choice of the run (tasks, sampling, splits).
 	Seed    int64         `json:"seed"`
@@ -746,6 +759,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: stage1.analyzer.kind %q: want oracle or external", c.Stage1.Analyzer.Kind)
 	case c.Stage1.Analyzer.Kind == "external" && (c.Stage1.Analyzer.BaseURL == "" || c.Stage1.Analyzer.Model == ""):
 		return errors.New("config: an external analyzer needs stage1.analyzer.base_url and .model")
+	case c.Algo == AlgoPrivilegedSkill && c.Env.Kind != "builtin":
+		return fmt.Errorf("config: algo %s needs a built-in environment (its teacher is the built-in's scripted expert), not env.kind %q", AlgoPrivilegedSkill, c.Env.Kind)
+	case c.RL.TermGradsEvery < 0:
+		return fmt.Errorf("config: rl.term_grads_every %d must be >= 0 (0: off)", c.RL.TermGradsEvery)
 	case c.Stage1.Analyzer.Kind == "oracle" && c.Env.Kind != "builtin" && c.UsesStage1Analyzer():
 		return errors.New("config: the oracle analyzer only knows the built-in environments; use an external analyzer")
 	case c.UsesSFT() && (c.Stage1.Epochs <= 0 || c.Stage1.LR <= 0 || c.Stage1.MaxLen < 2 || c.Stage1.BatchTokens < c.Stage1.MaxLen):
@@ -995,6 +1012,12 @@ func (c Config) Recipe() []string {
 	var lines []string
 	add := func(format string, a ...any) { lines = append(lines, fmt.Sprintf(format, a...)) }
 	add("algo %s, %d iterations × %d tasks × %d trajectories", c.Algo, c.Iterations, c.TasksPerIteration, c.Rollout.GroupSize)
+	if c.Algo == AlgoPrivilegedSkill {
+		add("teacher: the oracle's advice about the scripted expert solving the same task, a privileged teacher (ours: the mechanism ladder's top rung)")
+	}
+	if rl.TermGradsEvery > 0 {
+		add("gradient split by loss term every %d optimizer steps (diagnostics: one extra backward pass per term)", rl.TermGradsEvery)
+	}
 	add("advantage %s%s, normalisation %s%s, outcome %s%s", rl.Advantage, src(rl.Advantage == AdvStepRows, "public code"),
 		rl.AdvNorm, src(rl.AdvNorm == AdvNormStd || c.Env.Name == "webshop", "public code"), rl.Outcome, src(rl.Outcome == OutcomeSuccess, "public code"))
 	add("reward %g·outcome − %g per invalid step%s", rl.RewardScale, c.Rollout.InvalidPenalty, src(rl.RewardScale == 10 && c.Rollout.InvalidPenalty == 0.1, "public code"))

@@ -193,3 +193,30 @@ func TestParseStateRefusesDamage(t *testing.T) {
 		t.Errorf("a sound state: %v", err)
 	}
 }
+
+// The privileged teacher needs a built-in's expert; its analyzer is made
+// once per run, so each task's expert is played once.
+func TestPrivilegedSkillAlgo(t *testing.T) {
+	c := validConfig()
+	c.Algo = AlgoPrivilegedSkill
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Distills() || c.UsesSFT() || c.UsesStage1Analyzer() {
+		t.Errorf("privileged-skill: distils %v, stage 1 %v, stage-1 analyzer %v; want distillation alone", c.Distills(), c.UsesSFT(), c.UsesStage1Analyzer())
+	}
+	r := &run{cfg: c}
+	a1, err := r.iterationAnalyzer(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, _ := r.iterationAnalyzer(2)
+	if a1.Name() != "privileged" || a1 != a2 {
+		t.Errorf("analyzers %s %p and %p: want one privileged analyzer for the run", a1.Name(), a1, a2)
+	}
+	remote := agentgymConfig(agentgym.ALFWorld, nil)
+	remote.Algo = AlgoPrivilegedSkill
+	if err := remote.Validate(); err == nil || !strings.Contains(err.Error(), "privileged-skill") {
+		t.Errorf("privileged-skill on an AgentGym env: %v, want an error naming the algo", err)
+	}
+}

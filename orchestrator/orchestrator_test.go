@@ -42,6 +42,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{func(c *Config) { c.RL.LRSchedule = "linear" }, "lr_schedule"},
 		{func(c *Config) { c.RL.WarmupSteps = -1 }, "warmup_steps"},
 		{func(c *Config) { c.RL.MinLRFrac = 1.5 }, "min_lr_frac"},
+		{func(c *Config) { c.RL.TermGradsEvery = -1 }, "term_grads_every"},
 		{func(c *Config) { c.Stage1.Analyzer.Kind = "external" }, "external analyzer"},
 		{func(c *Config) { c.SkillMode = "all" }, "skill_mode"},
 		{func(c *Config) { c.Rollout.Mode = "stream" }, "mode"},
@@ -314,9 +315,9 @@ func TestDropFlatIsTheSameForEveryMethod(t *testing.T) {
 	if strings.Join(ids, ",") != "adv,distilled,chat-mixed" {
 		t.Fatalf("legacy rule kept %v, want adv, distilled and chat-mixed", ids)
 	}
-	tm, zero := advantageFigures([]Row{{Train: tr, Advantage: 1}, {Train: []bool{false, true, true}, Advantages: []float32{0, -1, -1}}})
-	if math.Abs(tm+1.0/3) > 1e-9 || zero != 0 {
-		t.Errorf("token-weighted mean %v (want −1/3), zero-advantage rows %v (want 0)", tm, zero)
+	tm, zero, abs := advantageFigures([]Row{{Train: tr, Advantage: 1}, {Train: []bool{false, true, true}, Advantages: []float32{0, -1, -1}}})
+	if math.Abs(tm+1.0/3) > 1e-9 || zero != 0 || math.Abs(abs-1) > 1e-9 {
+		t.Errorf("token-weighted mean %v (want −1/3), zero-advantage rows %v (want 0), mean |A| %v (want 1)", tm, zero, abs)
 	}
 }
 

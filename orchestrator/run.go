@@ -135,6 +135,9 @@ type run struct {
 	// firstIter is the first iteration this process runs (for the ETA).
 	firstIter int
 	loopStart time.Time
+	// privileged is algo privileged-skill's teacher (its skills cached
+	// per task across iterations).
+	privileged *skills.PrivilegedAnalyzer
 }
 
 // Start begins a new run in cfg.RunsDir/cfg.Name. A folder that already
@@ -1146,6 +1149,15 @@ func (r *run) iterationAnalyzer(k int) (skills.Analyzer, error) {
 	switch r.cfg.Algo {
 	case AlgoStaticSkill:
 		return r.stage1Analyzer()
+	case AlgoPrivilegedSkill:
+		if r.privileged == nil {
+			b, err := envadapters.Lookup(r.cfg.Env.Name)
+			if err != nil {
+				return nil, fmt.Errorf("privileged teacher: %w", err)
+			}
+			r.privileged = &skills.PrivilegedAnalyzer{Env: b, Options: r.cfg.rolloutConfig(0).EnvOptions}
+		}
+		return r.privileged, nil
 	default:
 		return &skills.SelfAnalyzer{Policy: r.policy, MaxTokens: r.cfg.AnalysisTokens, Temperature: 0, K: r.cfg.MaxStepSkills, Snapshot: fmt.Sprintf("iter-%d", k-1), NoRepair: !r.cfg.AnalysisRepair}, nil
 	}
@@ -1310,7 +1322,7 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, p *pla
 		rows = dropFlat(rows, r.cfg.RL.DropFlat == DropNoSignal)
 		vals["flat_rows_dropped"] = float64(n - len(rows))
 	}
-	vals["adv_token_mean"], vals["zero_adv_row_share"] = advantageFigures(rows)
+	vals["adv_token_mean"], vals["zero_adv_row_share"], vals["adv_abs_mean"] = advantageFigures(rows)
 	if len(rows) == 0 {
 		return nil, nil
 	}
@@ -1441,15 +1453,19 @@ func (row *Row) flat() bool {
 }
 
 // advantageFigures are the token-weighted mean advantage over trained
-// tokens (negative: the update pushes sampled tokens down on the whole)
-// and the share of rows with no advantage anywhere.
-func advantageFigures(rows []Row) (tokenMean, zeroRows float64) {
-	sum, n, zero := 0.0, 0, 0
+// tokens (negative: the update pushes sampled tokens down on the whole),
+// the share of rows with no advantage anywhere, and the token-weighted
+// mean |A| (the size of GRPO's per-token signal, against which λ·gate
+// weighs the distillation's).
+func advantageFigures(rows []Row) (tokenMean, zeroRows, absMean float64) {
+	sum, abs, n, zero := 0.0, 0.0, 0, 0
 	for i := range rows {
 		row := &rows[i]
 		for k, tr := range row.Train {
 			if tr {
-				sum += row.advantage(k)
+				a := row.advantage(k)
+				sum += a
+				abs += math.Abs(a)
 				n++
 			}
 		}
@@ -1458,12 +1474,12 @@ func advantageFigures(rows []Row) (tokenMean, zeroRows float64) {
 		}
 	}
 	if n > 0 {
-		tokenMean = sum / float64(n)
+		tokenMean, absMean = sum/float64(n), abs/float64(n)
 	}
 	if len(rows) > 0 {
 		zeroRows = float64(zero) / float64(len(rows))
 	}
-	return tokenMean, zeroRows
+	return tokenMean, zeroRows, absMean
 }
 
 // dropFlat keeps the rows with a nonzero advantage somewhere (in place),

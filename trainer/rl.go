@@ -80,6 +80,11 @@ type RLConfig struct {
 	// than this count as decisions in RLStats' Decision* figures
 	// (0: DefaultDecisionProb). Diagnostics only; the loss ignores it.
 	DecisionProb float64
+	// TermGradsEvery > 0 splits the gradient by loss term (RLStats'
+	// TermGrads) on every TermGradsEvery-th optimizer step: one extra
+	// backward pass per active term over the mini-batch, and 4 bytes per
+	// parameter per term on the host. Diagnostics; the update is the same.
+	TermGradsEvery int
 }
 
 // Loss aggregations (RLConfig.Agg).
@@ -125,6 +130,8 @@ func (c RLConfig) Validate() error {
 		return fmt.Errorf("rl config: entropy_coef %v must be >= 0", c.EntropyCoef)
 	case c.DecisionProb < 0 || c.DecisionProb > 1:
 		return fmt.Errorf("rl config: decision_prob %v must be in [0, 1]", c.DecisionProb)
+	case c.TermGradsEvery < 0:
+		return fmt.Errorf("rl config: term_grads_every %d must be >= 0 (0: off)", c.TermGradsEvery)
 	}
 	return nil
 }
@@ -178,6 +185,9 @@ type RLStats struct {
 	// parallelism only: the counts' and statistics' reductions, the
 	// gradients' buckets, a sharded optimizer's weight broadcasts).
 	*CommStats `json:",omitempty"`
+	// TermGrads splits the gradient by loss term (RLConfig.TermGradsEvery;
+	// nil on other steps).
+	*TermGrads `json:",omitempty"`
 }
 
 // tokenTerms are one token's contributions to the loss and the derivative
@@ -397,20 +407,16 @@ func (m *Model) rlStep(opt *Optimizer, g *ProcessGroup, batch []RLSequence, cfg 
 	// As in TrainSFT: no finalizer may run while libtorch computes.
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	quiesceGC()
-	acc := rlSums{decisionLogP: cfg.decisionLogP()}
-	verlLoss := 0.0
-	if cfg.Agg == AggVerl {
-		if verlLoss, err = m.rlVerlMicroBatches(batch, lens, g, cfg, &st, &acc); err != nil {
-			return st, err
-		}
-	} else {
-		for _, mb := range microBatches(lens, cfg.MicroBatchTokens) {
-			st.MicroBatches++
-			if err := m.rlMicroBatch(batch, mb, cfg, nTrain, nDistill, nKL, &st, &acc); err != nil {
-				return st, err
-			}
+	if opt != nil && cfg.TermGradsEvery > 0 && opt.Steps()%int64(cfg.TermGradsEvery) == 0 {
+		if st.TermGrads, err = m.termGradients(batch, lens, g, cfg, nTrain, nDistill, nKL); err != nil {
+			return st, fmt.Errorf("per-term gradients: %w", err)
 		}
 	}
+	acc := rlSums{decisionLogP: cfg.decisionLogP()}
+	if err := m.rlPasses(batch, lens, g, cfg, nTrain, nDistill, nKL, &st, &acc); err != nil {
+		return st, err
+	}
+	verlLoss := acc.verlLoss
 	if g != nil {
 		if err := st.reduce(g, &acc); err != nil {
 			return st, fmt.Errorf("rl step: %w", err)
@@ -455,6 +461,24 @@ func (m *Model) rlStep(opt *Optimizer, g *ProcessGroup, batch []RLSequence, cfg 
 	st.Elapsed = time.Since(start)
 	st.TokensPerSec = float64(nTrain) / st.Elapsed.Seconds()
 	return st, nil
+}
+
+// rlPasses runs the forward and backward passes of every micro-batch,
+// accumulating the gradient of the loss (or of the term acc.only) and the
+// statistics; with AggVerl, acc.verlLoss is the loss the gradient is of.
+func (m *Model) rlPasses(batch []RLSequence, lens []int, g *ProcessGroup, cfg RLConfig, nTrain, nDistill, nKL int, st *RLStats, acc *rlSums) error {
+	if cfg.Agg == AggVerl {
+		l, err := m.rlVerlMicroBatches(batch, lens, g, cfg, st, acc)
+		acc.verlLoss = l
+		return err
+	}
+	for _, mb := range microBatches(lens, cfg.MicroBatchTokens) {
+		st.MicroBatches++
+		if err := m.rlMicroBatch(batch, mb, cfg, nTrain, nDistill, nKL, st, acc); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // countTokens counts rows' trained tokens, distilled tokens and trained
@@ -598,6 +622,10 @@ type rlSums struct {
 	ent            float64
 	clip, dualClip int
 	decisionLogP   float64
+	// only is the loss term whose derivative the passes carry (termAll
+	// in a training step).
+	only     lossTerm
+	verlLoss float64
 	// The teacher's shift on every distilled token, on the decision
 	// tokens, and on the decision tokens of rows with A > 0 and A < 0.
 	distilled, decision, posAdv, negAdv shiftSums
@@ -644,7 +672,7 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 		}
 		t := termsAt(l, s, pos, cfg)
 		st.GRPOLoss += t.grpo
-		d = t.dGRPO / float64(nTrain)
+		dG, dO, dK := t.dGRPO/float64(nTrain), 0.0, 0.0
 		if t.clipped {
 			acc.clip++
 		}
@@ -667,11 +695,23 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 					acc.negAdv.add(t.gate, t.delta)
 				}
 			}
-			d += cfg.Lambda * t.dOPD / float64(nDistill)
+			dO = cfg.Lambda * t.dOPD / float64(nDistill)
 		}
 		if t.hasKL {
 			st.KL += t.kl
-			d += cfg.KLCoef * t.dK / float64(nKL)
+			dK = cfg.KLCoef * t.dK / float64(nKL)
+		}
+		switch acc.only {
+		case termAll:
+			d = dG + dO + dK
+		case termGRPO:
+			d, de = dG, 0
+		case termOPD:
+			d, de = dO, 0
+		case termKL:
+			d, de = dK, 0
+		case termEntropy:
+			d = 0
 		}
 		acc.ent += e
 		if math.IsNaN(d) || math.IsInf(d, 0) || math.IsNaN(t.grpo+t.opd+t.kl) || math.IsInf(t.grpo+t.opd+t.kl, 0) {
@@ -680,7 +720,7 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 		return d, de, nil
 	}
 	entropy := entropyRead
-	if cfg.EntropyCoef > 0 {
+	if cfg.EntropyCoef > 0 && (acc.only == termAll || acc.only == termEntropy) {
 		entropy = entropyGrad
 	}
 	return m.headBackward(in, targets, cfg.Temperature, entropy, nil, derivs)

@@ -131,7 +131,7 @@ func runCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "JSON run config (see configs/); default: the embedded default"},
 			&cli.StringFlag{Name: "resume", Usage: "continue the run in this directory from its last finished iteration"},
-			&cli.StringFlag{Name: "algo", Usage: "seed, grpo, static-skill, random-skill or seed-no-sft"},
+			&cli.StringFlag{Name: "algo", Usage: "seed, grpo, static-skill, random-skill, seed-no-sft or privileged-skill"},
 			&cli.StringFlag{Name: "name", Usage: "run name (folder under runs_dir)"},
 			&cli.StringFlag{Name: "runs-dir", Usage: "where run folders go"},
 			&cli.StringFlag{Name: "model", Usage: "base policy checkpoint (default: the committed tiny household model)"},
@@ -148,6 +148,7 @@ func runCommand() *cli.Command {
 			&cli.Float64Flag{Name: "lr", Usage: "stage-2 learning rate"},
 			&cli.Float64Flag{Name: "lambda", Usage: "λ, the weight of the gated distillation loss (paper: 0.01)"},
 			&cli.Float64Flag{Name: "beta", Usage: "β of the gate σ(β·Δ) (paper: 5)"},
+			&cli.IntFlag{Name: "term-grads-every", Usage: "split the update's gradient by loss term (GRPO, distillation, KL, entropy: norms, shares, cosines in metrics.jsonl) every this many optimizer steps; one extra backward pass per term on those steps (0: off)"},
 			&cli.IntFlag{Name: "max-steps", Usage: "episode step limit (training and eval)"},
 			&cli.StringFlag{Name: "invalid", Usage: "what makes a step invalid: format (the reply lacks its action tag or holds CJK characters: the public code's) or env (also actions the environment rejects)"},
 			&cli.Float64Flag{Name: "invalid-penalty", Usage: "reward taken off per invalid step (the public code: 0.1 against a success reward of 10)"},
@@ -273,6 +274,9 @@ func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) error {
 	}
 	if v := c.Float64("beta"); c.IsSet("beta") {
 		cfg.RL.Beta = v
+	}
+	if c.IsSet("term-grads-every") {
+		cfg.RL.TermGradsEvery = c.Int("term-grads-every")
 	}
 	if v := c.Int("max-steps"); c.IsSet("max-steps") {
 		cfg.Env.MaxSteps = v

@@ -1,0 +1,76 @@
+package skills
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/envadapters/household"
+	"github.com/seedctl/seedctl/rollout"
+)
+
+// The privileged teacher gives every trajectory of a task the same
+// skill, about the expert's solution of that task: it names the goal's
+// object and the place the expert found it, which differs between tasks,
+// whatever the trajectory itself did.
+func TestPrivilegedAnalyzerGivesTheExpertsSkillForTheTask(t *testing.T) {
+	ctx := context.Background()
+	b, err := envadapters.Lookup(household.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := b.Tasks(envadapters.Train, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &PrivilegedAnalyzer{Env: b, Options: envadapters.Options{"max_steps": "20"}}
+	var reqs []Request
+	for i, task := range tasks {
+		// Two trajectories per task: one won, one failed after one step.
+		reqs = append(reqs,
+			Request{Traj: &rollout.Trajectory{ID: task.ID + "/0", Task: task, Won: true, Iteration: 3}},
+			Request{Traj: &rollout.Trajectory{ID: task.ID + "/1", Task: task, Steps: []rollout.Step{{Action: "look", Observation: "Nothing happens."}}}})
+		_ = i
+	}
+	recs, err := a.Analyze(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != len(reqs) {
+		t.Fatalf("%d records for %d requests", len(recs), len(reqs))
+	}
+	distinct := map[string]bool{}
+	for i := 0; i < len(recs); i += 2 {
+		task := tasks[i/2]
+		r0, r1 := recs[i], recs[i+1]
+		if r0.Skill == nil || r1.Skill == nil {
+			t.Fatalf("task %s (%s): no skill (%q)", task.ID, task.Goal, r0.Raw)
+		}
+		if r0.Skill.EpisodeSkill != r1.Skill.EpisodeSkill {
+			t.Errorf("task %s: two trajectories got different skills:\n%q\n%q", task.ID, r0.Skill.EpisodeSkill, r1.Skill.EpisodeSkill)
+		}
+		if r0.TrajectoryID != reqs[i].Traj.ID || r0.TaskID != task.ID || r0.Analyzer != "privileged" || !r0.Won || r1.Won || r0.Iteration != 3 || len(r0.Skill.StepSkills) != 0 {
+			t.Errorf("record %+v", r0)
+		}
+		g := parseHouseholdGoal(strings.TrimSuffix(strings.TrimPrefix(task.Goal, "Your task is to: "), "."))
+		if !strings.Contains(r0.Skill.EpisodeSkill, g.obj) {
+			t.Errorf("task %s %q: skill %q does not name the object %q", task.ID, task.Goal, r0.Skill.EpisodeSkill, g.obj)
+		}
+		distinct[r0.Skill.EpisodeSkill] = true
+	}
+	if len(distinct) < len(tasks)/2 {
+		t.Errorf("%d distinct skills for %d tasks: the skill does not depend on the task", len(distinct), len(tasks))
+	}
+	// The expert wins every one of these tasks (a lost demonstration gives
+	// no skill).
+	for _, task := range tasks[:10] {
+		tr, err := ExpertDemo(ctx, b, task, envadapters.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !tr.Won || len(tr.Steps) == 0 || len(tr.Steps) > ExpertDemoSteps {
+			t.Errorf("expert on %s: won %v in %d steps", task.ID, tr.Won, len(tr.Steps))
+		}
+	}
+}
