@@ -65,6 +65,10 @@ fuzz DURATION="1m":
     go test ./inference/server -run '^$' -fuzz FuzzCompletionRequest -fuzztime {{DURATION}} -parallel 1
     go test ./envadapters/agentgym -run '^$' -fuzz FuzzServer -fuzztime {{DURATION}} -parallel 1
 
+# Mutation check of the update's and the statistics' key lines (scripts/mutants.py): each planted bug must fail its test
+mutants:
+    python3 scripts/mutants.py
+
 # gofmt check, go vet and the architecture test
 lint:
     #!/usr/bin/env bash

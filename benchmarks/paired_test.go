@@ -103,3 +103,22 @@ func TestSeedVsGRPO(t *testing.T) {
 		t.Errorf("results.md lacks the control's row:\n%s", md)
 	}
 }
+
+// The interval resamples seeds: two seeds that disagree completely (one
+// +100 on every task, the other −100) have mean 0 but an interval as wide
+// as their disagreement; resampling tasks alone would give [0, 0].
+func TestPairedBootstrapResamplesSeeds(t *testing.T) {
+	ones, zeros := strings.Repeat("1", 40), strings.Repeat("0", 40)
+	ci, err := pairedBootstrap([]string{ones, zeros}, []string{zeros, ones})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.Diff != 0 || ci.Lo > -99 || ci.Hi < 99 {
+		t.Errorf("seeds at +100 and −100: %v, want 0 within about [−100, +100]", ci)
+	}
+	// And tasks: one seed, half the tasks +100 and half −100.
+	ci, _ = pairedBootstrap([]string{ones[:20] + zeros[:20]}, []string{zeros[:20] + ones[:20]})
+	if ci.Diff != 0 || ci.Lo > -20 || ci.Hi < 20 {
+		t.Errorf("tasks at +100 and −100: %v, want 0 within a wide interval", ci)
+	}
+}

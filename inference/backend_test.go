@@ -567,3 +567,36 @@ func TestSGLangNativeGenerateAndScore(t *testing.T) {
 		t.Errorf("calls:\n%s", log)
 	}
 }
+
+// scoreOnly is a Backend whose Score returns fixed log-probs.
+type scoreOnly struct {
+	Backend
+	lp []float64
+}
+
+func (s scoreOnly) Score(context.Context, [][]int) ([][]float64, error) {
+	return [][]float64{s.lp}, nil
+}
+
+// The check is two-sided: served log-probs above the trainer's are as
+// stale as those below (a one-sided check lets half the old weights pass).
+func TestVerifyServedIsTwoSided(t *testing.T) {
+	ctx := context.Background()
+	probe := []int{1, 2, 3}
+	want := []float64{0, -2, -1.5}
+	for _, tc := range []struct {
+		name  string
+		lp    []float64
+		stale bool
+	}{
+		{"same", []float64{math.NaN(), -2, -1.5}, false},
+		{"within tolerance", []float64{math.NaN(), -2 + 5e-5, -1.5 - 5e-5}, false},
+		{"higher", []float64{math.NaN(), -2, -1.2}, true},
+		{"lower", []float64{math.NaN(), -2.4, -1.5}, true},
+	} {
+		err := VerifyServed(ctx, scoreOnly{lp: tc.lp}, probe, want, 1e-4)
+		if got := errors.Is(err, ErrStaleWeights); got != tc.stale {
+			t.Errorf("%s: err %v, want stale %v", tc.name, err, tc.stale)
+		}
+	}
+}

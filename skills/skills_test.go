@@ -541,3 +541,37 @@ func TestEpisodeOnlyAnalysis(t *testing.T) {
 		t.Error("the retry of a short skill does not say why")
 	}
 }
+
+// The random-skill baseline draws a skill from anywhere in the iteration:
+// with trajectories in rollout order (8 groups of 8, groupmates adjacent)
+// about 7 in 63 draws land in the own group by chance; a derangement that
+// hands each trajectory its neighbour's skill would give 7 in 8 a
+// groupmate's (about the same task), which is no control at all.
+func TestShuffleCrossesGroups(t *testing.T) {
+	const groups, size = 8, 8
+	var sks []*Skill
+	for i := 0; i < groups*size; i++ {
+		sks = append(sks, &Skill{EpisodeSkill: fmt.Sprint(i)})
+	}
+	index := map[*Skill]int{}
+	for i, s := range sks {
+		index[s] = i
+	}
+	same := 0
+	for seed := uint64(0); seed < 20; seed++ {
+		out := Shuffle(sks, seed)
+		seen := map[*Skill]bool{}
+		for i, s := range out {
+			if seen[s] {
+				t.Fatalf("seed %d: skill %d handed out twice", seed, index[s])
+			}
+			seen[s] = true
+			if index[s]/size == i/size {
+				same++
+			}
+		}
+	}
+	if share := float64(same) / (20 * groups * size); share > 0.25 {
+		t.Errorf("%.0f%% of shuffled skills come from a groupmate, want about %.0f%%", 100*share, 100*7.0/63)
+	}
+}

@@ -162,3 +162,39 @@ func TestTermVectors(t *testing.T) {
 		t.Errorf("got %+v, want %+v", *tg, want)
 	}
 }
+
+// The distillation term is a mean over distilled tokens: trained tokens
+// without a teacher (advantage 0 here, so GRPO adds nothing) leave its
+// gradient unchanged. Dividing by the trained tokens instead would shrink
+// it by their share; every other fixture distils every trained token,
+// where the two counts agree.
+func TestDistillationMeansOverDistilledTokens(t *testing.T) {
+	m, _ := newTiny(t, ArchQwen2, 32)
+	batch := withTeacher(rlBatch(t, m, []float64{0, 0, 0}), 0.5)
+	cfg := DefaultRLConfig()
+	cfg.Lambda, cfg.KLCoef, cfg.EntropyCoef = 1, 0, 0
+	grad := func(rows []RLSequence) []float64 {
+		m.ZeroGrad()
+		if _, err := m.rlBackward(rows, cfg); err != nil {
+			t.Fatal(err)
+		}
+		g := flatGrads(gradValues(m))
+		m.ZeroGrad()
+		return g
+	}
+	distilled := grad(batch)
+	plain := rlBatch(t, m, []float64{0, 0, 0}) // the same rows, no teacher
+	mixed := append(append([]RLSequence(nil), batch...), plain...)
+	for i := len(batch); i < len(mixed); i++ {
+		mixed[i].ID += "-plain"
+	}
+	withPlain := grad(mixed)
+	diff, scale := 0.0, 0.0
+	for i := range distilled {
+		diff = math.Max(diff, math.Abs(distilled[i]-withPlain[i]))
+		scale = math.Max(scale, math.Abs(distilled[i]))
+	}
+	if scale == 0 || diff > 1e-5*scale {
+		t.Errorf("undistilled trained tokens changed the distillation gradient by %.3g (largest entry %.3g)", diff, scale)
+	}
+}
