@@ -16,14 +16,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/seedctl/seedctl/envadapters"
 	"github.com/seedctl/seedctl/envadapters/agentgym"
-	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/skills"
 )
@@ -158,46 +155,6 @@ func (b BackendConfig) URLs() []string {
 	}
 	if b.BaseURL != "" {
 		return []string{b.BaseURL}
-	}
-	return nil
-}
-
-// validateEndpoints checks the several-servers settings.
-func (b BackendConfig) validateEndpoints(model string) error {
-	if len(b.Endpoints) == 0 {
-		if len(b.ServedDirs) > 0 {
-			return errors.New("config: backend.served_dirs goes with backend.endpoints (one server: backend.served_dir)")
-		}
-		return nil
-	}
-	switch {
-	case b.Kind == "embedded":
-		return errors.New("config: backend.endpoints lists running vllm or sglang servers; the embedded backend starts its own")
-	case b.BaseURL != "":
-		return errors.New("config: set backend.base_url (one server) or backend.endpoints (several), not both")
-	case len(b.Launch) > 0:
-		return errors.New("config: backend.launch starts one server; with backend.endpoints start them yourself (one per GPU) and list their URLs")
-	case b.ServedDir != "":
-		return errors.New("config: several endpoints cannot share backend.served_dir (each publish rewrites it); give each its own in backend.served_dirs")
-	case b.Kind == "vllm" && b.VLLMPublish != "lora" && len(b.ServedDirs) != len(b.Endpoints):
-		return fmt.Errorf("config: vllm reload publishing with %d endpoints needs %d backend.served_dirs (one per endpoint, in order), got %d", len(b.Endpoints), len(b.Endpoints), len(b.ServedDirs))
-	case b.Kind != "vllm" && len(b.ServedDirs) > 0:
-		return fmt.Errorf("config: backend.served_dirs is for vllm reload publishing, not %s", b.Kind)
-	}
-	seen := map[string]bool{}
-	for i, u := range b.Endpoints {
-		if u == "" || seen[u] {
-			return fmt.Errorf("config: backend.endpoints[%d] %q is empty or listed twice", i, u)
-		}
-		seen[u] = true
-	}
-	dirs := map[string]bool{}
-	for i, d := range b.ServedDirs {
-		d = filepath.Clean(d)
-		if d == "." || dirs[d] || inference.SameDir(d, model) {
-			return fmt.Errorf("config: backend.served_dirs[%d] %q is empty, listed twice or the model folder", i, b.ServedDirs[i])
-		}
-		dirs[d] = true
 	}
 	return nil
 }
@@ -704,7 +661,6 @@ func Load(path string) (Config, error) {
 	return c, nil
 }
 
-func errOf[T any](_ T, err error) error { return err }
 
 // UsesSFT says whether the algorithm runs stage 1.
 // Static skills come from the stage-1 analyzer itself, so that baseline
@@ -717,140 +673,6 @@ func (c Config) UsesStage1Analyzer() bool { return c.UsesSFT() || c.Algo == Algo
 
 // Distills says whether stage 2 has a distillation term.
 func (c Config) Distills() bool { return c.Algo != AlgoGRPO }
-
-// Validate names the first bad field.
-func (c Config) Validate() error {
-	ok := false
-	for _, a := range Algos {
-		ok = ok || a == c.Algo
-	}
-	switch {
-	case !ok:
-		return fmt.Errorf("config: algo %q: want one of %v", c.Algo, Algos)
-	case c.Name == "" || c.RunsDir == "":
-		return errors.New("config: name and runs_dir must be set")
-	case c.Model == "":
-		return errors.New("config: model (a Hugging Face checkpoint folder) must be set")
-	case c.Env.Name == "":
-		return errors.New("config: env.name must be set")
-	case c.Env.Kind != "builtin" && c.Env.Kind != "agentgym":
-		return fmt.Errorf("config: env.kind %q: want builtin or agentgym", c.Env.Kind)
-	case c.Env.Kind == "agentgym" && c.Env.URL == "":
-		return errors.New("config: an agentgym env needs env.url (its server)")
-	case c.Env.Kind == "agentgym" && c.Env.MaxSteps < 1:
-		return errors.New("config: an agentgym env needs env.max_steps: no AgentGym server ends an episode at a step limit, the rollout does")
-	case c.Env.Kind == "agentgym" && errOf(c.Env.remoteSplits()) != nil:
-		return errOf(c.Env.remoteSplits())
-	case c.Backend.Kind != "embedded" && c.Backend.Kind != "vllm" && c.Backend.Kind != "sglang":
-		return fmt.Errorf("config: backend.kind %q: want embedded, vllm or sglang", c.Backend.Kind)
-	case c.Backend.Kind != "embedded" && c.Backend.BaseURL == "" && len(c.Backend.Endpoints) == 0 && len(c.Backend.Launch) == 0:
-		return fmt.Errorf("config: backend.base_url (a running server), backend.endpoints (several) or backend.launch (seedctl starts one) is required for %s", c.Backend.Kind)
-	case len(c.Backend.Launch) > 0 && c.Backend.BaseURL != "":
-		return errors.New("config: backend.launch starts the server on a free port; backend.base_url (a running server) goes without it")
-	case c.Backend.validateEndpoints(c.Model) != nil:
-		return c.Backend.validateEndpoints(c.Model)
-	case c.Backend.Kind == "vllm" && c.Backend.VLLMPublish != "lora" && c.Backend.ServedDir == "" && len(c.Backend.Endpoints) == 0:
-		return errors.New("config: backend.served_dir is required for vllm reload publishing (a scratch copy of the base checkpoint that vLLM serves from)")
-	case c.Backend.ServedDir != "" && inference.SameDir(c.Backend.ServedDir, c.Model):
-		return errors.New("config: backend.served_dir must not be the model folder (publishing overwrites its weights)")
-	case c.UsesSFT() && c.Stage1.Episodes < 1:
-		return fmt.Errorf("config: stage1.episodes %d must be positive for algo %s", c.Stage1.Episodes, c.Algo)
-	case c.Stage1.Analyzer.Kind != "oracle" && c.Stage1.Analyzer.Kind != "external":
-		return fmt.Errorf("config: stage1.analyzer.kind %q: want oracle or external", c.Stage1.Analyzer.Kind)
-	case c.Stage1.Analyzer.Kind == "external" && (c.Stage1.Analyzer.BaseURL == "" || c.Stage1.Analyzer.Model == ""):
-		return errors.New("config: an external analyzer needs stage1.analyzer.base_url and .model")
-	case c.Algo == AlgoPrivilegedSkill && c.Env.Kind != "builtin":
-		return fmt.Errorf("config: algo %s needs a built-in environment (its teacher is the built-in's scripted expert), not env.kind %q", AlgoPrivilegedSkill, c.Env.Kind)
-	case c.RL.TermGradsEvery < 0:
-		return fmt.Errorf("config: rl.term_grads_every %d must be >= 0 (0: off)", c.RL.TermGradsEvery)
-	case c.Stage1.Analyzer.Kind == "oracle" && c.Env.Kind != "builtin" && c.UsesStage1Analyzer():
-		return errors.New("config: the oracle analyzer only knows the built-in environments; use an external analyzer")
-	case c.UsesSFT() && (c.Stage1.Epochs <= 0 || c.Stage1.LR <= 0 || c.Stage1.MaxLen < 2 || c.Stage1.BatchTokens < c.Stage1.MaxLen):
-		return errors.New("config: stage1 needs epochs > 0, lr > 0 and 2 <= max_len <= batch_tokens")
-	case c.Iterations < 0 || c.TasksPerIteration < 1:
-		return fmt.Errorf("config: iterations %d must be >= 0 and tasks_per_iteration %d >= 1", c.Iterations, c.TasksPerIteration)
-	case c.DataShare <= 0 || c.DataShare > 1:
-		return fmt.Errorf("config: data_share %v must be in (0, 1]", c.DataShare)
-	case c.TrainTasks < 0:
-		return fmt.Errorf("config: train_tasks %d must be >= 0 (0: the whole train split)", c.TrainTasks)
-	case c.Rollout.GroupSize < 2:
-		return fmt.Errorf("config: rollout.group_size %d must be at least 2 (GRPO groups)", c.Rollout.GroupSize)
-	case c.Env.Options["max_steps"] != "" && c.Env.MaxSteps > 0 && c.Env.Options["max_steps"] != strconv.Itoa(c.Env.MaxSteps):
-		return fmt.Errorf("config: env.options.max_steps %q conflicts with env.max_steps %d: the step limit is env.max_steps (seedctl run --max-steps)", c.Env.Options["max_steps"], c.Env.MaxSteps)
-	case !(c.Rollout.Temperature > 0):
-		return fmt.Errorf("config: rollout.temperature %v must be positive (greedy groups are identical, and the trainer scores tokens at the sampling temperature)", c.Rollout.Temperature)
-	case c.RL.ServerOldLogP && c.Rollout.Temperature != 1:
-		return fmt.Errorf("config: rl.server_old_logp needs rollout.temperature 1, not %v: servers return log-probs of the unscaled distribution, the trainer's are at the sampling temperature", c.Rollout.Temperature)
-	case c.RL.Recompute != "" && c.RL.Recompute != "on" && c.RL.Recompute != "off":
-		return fmt.Errorf("config: rl.recompute %q: want on, off or empty (auto)", c.RL.Recompute)
-	case c.RL.DType != "" && c.RL.DType != "float32" && c.RL.DType != "bfloat16":
-		return fmt.Errorf("config: rl.dtype %q: want float32 or bfloat16", c.RL.DType)
-	case c.RL.LRSchedule != "" && c.RL.LRSchedule != LRConstant && c.RL.LRSchedule != LRCosine:
-		return fmt.Errorf("config: rl.lr_schedule %q: want %q or %q", c.RL.LRSchedule, LRConstant, LRCosine)
-	case c.RL.WarmupSteps < 0 || c.RL.MinLRFrac < 0 || c.RL.MinLRFrac > 1:
-		return fmt.Errorf("config: rl.warmup_steps %d must be >= 0 and rl.min_lr_frac %v in [0, 1]", c.RL.WarmupSteps, c.RL.MinLRFrac)
-	case c.RL.AdvNorm != "" && c.RL.AdvNorm != AdvNormStd && c.RL.AdvNorm != AdvNormNone:
-		return fmt.Errorf("config: rl.adv_norm %q: want %q or %q", c.RL.AdvNorm, AdvNormStd, AdvNormNone)
-	case c.RL.Advantage != AdvStepRows && c.RL.Advantage != AdvTrajectory:
-		return fmt.Errorf("config: rl.advantage %q: want %q or %q", c.RL.Advantage, AdvStepRows, AdvTrajectory)
-	case c.RL.Outcome != OutcomeSuccess && c.RL.Outcome != OutcomeEnv:
-		return fmt.Errorf("config: rl.outcome %q: want %q or %q", c.RL.Outcome, OutcomeSuccess, OutcomeEnv)
-	case !(c.RL.RewardScale > 0):
-		return fmt.Errorf("config: rl.reward_scale %v must be positive", c.RL.RewardScale)
-	case c.RL.MiniBatchRows < 0 || (c.RL.MiniBatchRows == 0 && c.RL.MiniBatches < 1):
-		return fmt.Errorf("config: rl.mini_batch_rows %d: want rows per mini-batch (>= 1), or 0 with rl.mini_batches >= 1", c.RL.MiniBatchRows)
-	case c.RL.ClipRatioC != 0 && !(c.RL.ClipRatioC > 1):
-		return fmt.Errorf("config: rl.clip_ratio_c %v must be 0 (off) or above 1", c.RL.ClipRatioC)
-	case c.RL.DropFlat != "" && c.RL.DropFlat != DropZeroAdvantage && c.RL.DropFlat != DropNoSignal:
-		return fmt.Errorf("config: rl.drop_flat %q: want \"\", %q or %q", c.RL.DropFlat, DropZeroAdvantage, DropNoSignal)
-	case c.RL.EntropyCoef < 0:
-		return fmt.Errorf("config: rl.entropy_coef %v must be >= 0", c.RL.EntropyCoef)
-	case c.RL.LR <= 0 || c.RL.MaxRefusals < 1 || c.RL.AdvEps <= 0:
-		return errors.New("config: rl needs lr > 0, max_refusals >= 1, adv_eps > 0")
-	case c.Stage1.Temperature < 0 || c.Stage1.Window < 0 || c.Stage1.MaxSteps < 0:
-		return fmt.Errorf("config: stage1.temperature %v, stage1.window %d and stage1.max_steps %d must be >= 0 (0: the rollout's)", c.Stage1.Temperature, c.Stage1.Window, c.Stage1.MaxSteps)
-	case c.RL.Agg != "" && c.RL.Agg != "token_mean" && c.RL.Agg != "verl":
-		return fmt.Errorf("config: rl.agg %q: want \"verl\" or \"token_mean\"", c.RL.Agg)
-	case c.RL.Agg == "verl" && c.RL.MicroBatchRows < 1:
-		return fmt.Errorf("config: rl.agg \"verl\" needs rl.micro_batch_rows >= 1 (verl's ppo_micro_batch_size_per_gpu), got %d", c.RL.MicroBatchRows)
-	case c.RL.KLClamp < 0:
-		return fmt.Errorf("config: rl.kl_clamp %v must be >= 0 (0: no cap)", c.RL.KLClamp)
-	case c.RL.Lambda < 0 || c.RL.Beta <= 0 || c.RL.KLCoef < 0 || c.RL.ClipEps <= 0 || c.RL.ClipEps >= 1 || c.RL.MicroBatchTokens < 2:
-		return errors.New("config: rl needs lambda >= 0, beta > 0, kl_coef >= 0, clip_eps in (0, 1), micro_batch_tokens >= 2")
-	case c.Eval.PlateauPatience < 0 || c.Eval.PlateauPatience > 0 && (c.Eval.Every < 1 || c.Eval.Episodes < 1):
-		return fmt.Errorf("config: eval.plateau_patience %d needs eval.every and eval.episodes above 0 (got %d and %d)", c.Eval.PlateauPatience, c.Eval.Every, c.Eval.Episodes)
-	case c.Eval.Episodes < 0 || c.Eval.Every < 0 || c.Eval.Temperature < 0 || c.Eval.MaxSteps < 0 || c.Eval.Window < 0 || c.Eval.SampledTemperature < 0:
-		return errors.New("config: eval.every, eval.episodes, eval.temperature, eval.max_steps, eval.window and eval.sampled_temperature must be >= 0")
-	case c.UsesSFT() && c.Stage1.Targets != TargetsAll && c.Stage1.Targets != TargetsEpisode:
-		return fmt.Errorf("config: stage1.targets %q: want %q or %q", c.Stage1.Targets, TargetsAll, TargetsEpisode)
-	case c.Stage1.ActingReplay < 0:
-		return fmt.Errorf("config: stage1.acting_replay %v must be >= 0", c.Stage1.ActingReplay)
-	case c.CriticalSteps != CriticalReturnVariance && c.CriticalSteps != CriticalLLM:
-		return fmt.Errorf("config: critical_steps %q: want %q or %q", c.CriticalSteps, CriticalReturnVariance, CriticalLLM)
-	case c.RescoreMaxTokens < 2 || c.MaxStepSkills < 0 || c.Gamma <= 0 || c.Gamma > 1 || c.AnalysisTokens < 16:
-		return errors.New("config: rescore_max_tokens >= 2, max_step_skills >= 0, gamma in (0, 1], analysis_max_tokens >= 16")
-	}
-	if _, err := skills.ParseMode(c.SkillMode); err != nil {
-		return fmt.Errorf("config: skill_mode: %w", err)
-	}
-	rc := c.rolloutConfig(0)
-	if err := rc.Validate(); err != nil {
-		return fmt.Errorf("config: rollout: %w", err)
-	}
-	if c.Env.Kind == "builtin" {
-		// The environment checks its own options (names and values).
-		b, err := envadapters.Lookup(c.Env.Name)
-		if err != nil {
-			return fmt.Errorf("config: env.name: %w", err)
-		}
-		e, err := b.New(rc.EnvOptions)
-		if err != nil {
-			return fmt.Errorf("config: env.options: %w", err)
-		}
-		e.Close()
-	}
-	return nil
-}
 
 // learnerSpec is what the learner loads: the policy and reference
 // checkpoints, trained at the rollouts' sampling temperature.

@@ -145,7 +145,7 @@ func TestServedDirIsNotTheModelUnderAnotherName(t *testing.T) {
 		c := validConfig()
 		c.Model = model
 		c.Backend = BackendConfig{Kind: "vllm", BaseURL: "http://127.0.0.1:8000", ServedDir: served}
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "served_dir must not be the model folder") {
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "must not be the model folder") {
 			t.Errorf("served_dir %q: %v", served, err)
 		}
 	}
