@@ -661,7 +661,6 @@ func Load(path string) (Config, error) {
 	return c, nil
 }
 
-
 // UsesSFT says whether the algorithm runs stage 1.
 // Static skills come from the stage-1 analyzer itself, so that baseline
 // needs no skill-writing policy.

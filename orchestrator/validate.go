@@ -80,7 +80,9 @@ func (c Config) topRules() []rule {
 		{key: "algo", check: func() error {
 			return when(!slices.Contains(Algos, c.Algo), func() error { return bad("algo", c.Algo, fmt.Sprintf("want one of %v", Algos)) })
 		}},
-		{key: "name", check: func() error { return when(c.Name == "", func() error { return errors.New("config: name must be set") }) }},
+		{key: "name", check: func() error {
+			return when(c.Name == "", func() error { return errors.New("config: name must be set") })
+		}},
 		{key: "runs_dir", check: func() error {
 			return when(c.RunsDir == "", func() error { return errors.New("config: runs_dir must be set") })
 		}},
@@ -100,7 +102,9 @@ func (c Config) topRules() []rule {
 			return when(c.TrainTasks < 0, func() error { return bad("train_tasks", c.TrainTasks, "must be >= 0 (0: the whole train split)") })
 		}},
 		{key: "rollout.group_size", check: func() error {
-			return when(c.Rollout.GroupSize < 2, func() error { return bad("rollout.group_size", c.Rollout.GroupSize, "must be at least 2 (GRPO groups)") })
+			return when(c.Rollout.GroupSize < 2, func() error {
+				return bad("rollout.group_size", c.Rollout.GroupSize, "must be at least 2 (GRPO groups)")
+			})
 		}},
 		{key: "rollout.temperature", check: func() error {
 			return when(!(c.Rollout.Temperature > 0), func() error {
@@ -137,7 +141,9 @@ func (e EnvConfig) Validate() error { return joinRules(e.rules()) }
 func (e EnvConfig) rules() []rule {
 	agentgym := e.Kind == "agentgym"
 	return []rule{
-		{key: "env.name", check: func() error { return when(e.Name == "", func() error { return errors.New("config: env.name must be set") }) }},
+		{key: "env.name", check: func() error {
+			return when(e.Name == "", func() error { return errors.New("config: env.name must be set") })
+		}},
 		{key: "env.name", id: "builtin", check: func() error {
 			if e.Kind != "builtin" || e.Name == "" {
 				return nil
@@ -258,7 +264,9 @@ func (s Stage1Config) rules(sft bool) []rule {
 	a := s.Analyzer
 	return []rule{
 		{key: "stage1.episodes", check: func() error {
-			return when(sft && s.Episodes < 1, func() error { return bad("stage1.episodes", s.Episodes, "must be positive for an algorithm with stage 1") })
+			return when(sft && s.Episodes < 1, func() error {
+				return bad("stage1.episodes", s.Episodes, "must be positive for an algorithm with stage 1")
+			})
 		}},
 		{key: "stage1.analyzer.kind", check: func() error {
 			return when(a.Kind != "oracle" && a.Kind != "external", func() error { return bad("stage1.analyzer.kind", a.Kind, "want oracle or external") })
@@ -316,7 +324,9 @@ func (r RLConfig) rules() []rule {
 	}
 	return []rule{
 		atLeast("rl.lambda", r.Lambda, 0, "must be >= 0"),
-		{key: "rl.beta", check: func() error { return when(!(r.Beta > 0), func() error { return bad("rl.beta", r.Beta, "must be positive") }) }},
+		{key: "rl.beta", check: func() error {
+			return when(!(r.Beta > 0), func() error { return bad("rl.beta", r.Beta, "must be positive") })
+		}},
 		atLeast("rl.kl_coef", r.KLCoef, 0, "must be >= 0"),
 		atLeast("rl.kl_clamp", r.KLClamp, 0, "must be >= 0 (0: no cap)"),
 		{key: "rl.clip_eps", check: func() error {
@@ -356,7 +366,9 @@ func (r RLConfig) rules() []rule {
 			return when(!(r.RewardScale > 0), func() error { return bad("rl.reward_scale", r.RewardScale, "must be positive") })
 		}},
 		oneOf("rl.outcome", r.Outcome, OutcomeSuccess, OutcomeEnv),
-		{key: "rl.adv_eps", check: func() error { return when(!(r.AdvEps > 0), func() error { return bad("rl.adv_eps", r.AdvEps, "must be positive") }) }},
+		{key: "rl.adv_eps", check: func() error {
+			return when(!(r.AdvEps > 0), func() error { return bad("rl.adv_eps", r.AdvEps, "must be positive") })
+		}},
 		oneOf("rl.adv_norm", r.AdvNorm, "", AdvNormStd, AdvNormNone),
 		{key: "rl.clip_ratio_c", check: func() error {
 			return when(r.ClipRatioC != 0 && !(r.ClipRatioC > 1), func() error { return bad("rl.clip_ratio_c", r.ClipRatioC, "must be 0 (off) or above 1") })
