@@ -110,7 +110,11 @@ func Evaluate(ctx context.Context, cfg EvalConfig, log zerolog.Logger, progress 
 	tasks := all[cfg.Offset:]
 	scfg := server.DefaultConfig(cfg.ModelDir)
 	scfg.MaxModelLen = 16384
-	backend, err := inference.NewEmbedded(ctx, scfg, inference.DefaultConfig("embedded"), log)
+	srv, err := server.New(scfg, log.With().Str("component", "embedded-server").Logger())
+	if err != nil {
+		return nil, err
+	}
+	backend, err := inference.NewEmbedded(ctx, srv, inference.DefaultConfig("embedded"), log)
 	if err != nil {
 		return nil, err
 	}

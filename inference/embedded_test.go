@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/rs/zerolog"
 	"github.com/seedctl/seedctl/inference/server"
 	"github.com/seedctl/seedctl/inference/server/servertest"
 )
@@ -32,7 +33,7 @@ func twoCheckpoints(t *testing.T) (v1, v2 string) {
 func TestEmbeddedBackendPublish(t *testing.T) {
 	v1, v2 := twoCheckpoints(t)
 	ctx := context.Background()
-	b, err := NewEmbedded(ctx, server.DefaultConfig(v1), DefaultConfig("embedded"), testLog(t))
+	b, err := newEmbedded(t, ctx, server.DefaultConfig(v1), DefaultConfig("embedded"), testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,4 +81,15 @@ func TestEmbeddedBackendPublish(t *testing.T) {
 		t.Error("publishing a missing folder succeeded")
 	}
 
+}
+
+// newEmbedded starts the embedded server on scfg's checkpoint behind a
+// backend, as cmd assembles it.
+func newEmbedded(t *testing.T, ctx context.Context, scfg server.Config, cfg Config, log zerolog.Logger) (Backend, error) {
+	t.Helper()
+	srv, err := server.New(scfg, log)
+	if err != nil {
+		return nil, err
+	}
+	return NewEmbedded(ctx, srv, cfg, log)
 }

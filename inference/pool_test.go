@@ -217,7 +217,7 @@ func TestPoolOfEmbeddedServers(t *testing.T) {
 	for range 3 {
 		cfg := DefaultConfig("embedded")
 		cfg.RetryFor = time.Second // a stopped server fails fast
-		b, err := NewEmbedded(ctx, server.DefaultConfig(v1), cfg, testLog(t))
+		b, err := newEmbedded(t, ctx, server.DefaultConfig(v1), cfg, testLog(t))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,7 +36,7 @@ func TestProbe(t *testing.T) {
 	if err := servertest.WriteTinyCheckpoint(dir, 1); err != nil {
 		t.Fatal(err)
 	}
-	emb, err := NewEmbedded(ctx, server.DefaultConfig(dir), DefaultConfig("embedded"), testLog(t))
+	emb, err := newEmbedded(t, ctx, server.DefaultConfig(dir), DefaultConfig("embedded"), testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -346,7 +346,11 @@ func TestTokenInTokenOutWithEmbeddedServer(t *testing.T) {
 	ctx := context.Background()
 	scfg := server.DefaultConfig(dir)
 	scfg.MaxModelLen = 4096 // household prompts outgrow the tiny config's 512 positions; RoPE does not mind
-	be, err := inference.NewEmbedded(ctx, scfg, inference.DefaultConfig("embedded"), zerolog.Nop())
+	srv, err := server.New(scfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := inference.NewEmbedded(ctx, srv, inference.DefaultConfig("embedded"), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func openBackend(ctx context.Context, c *cli.Context, log zerolog.Logger) (infer
 	if cfg.Kind == "embedded" {
 		scfg := server.DefaultConfig(dir)
 		scfg.MaxModelLen = 16384
-		b, err = inference.NewEmbedded(ctx, scfg, cfg, log)
+		b, err = startEmbedded(ctx, scfg, cfg, log)
 	} else {
 		b, err = inference.NewRemote(cfg, log)
 	}

@@ -68,7 +68,7 @@ func openBackendFor(cfg orchestrator.BackendConfig, dtype string, retryFor time.
 			// sampled in bfloat16, as vLLM serves it, and the publish
 			// check compares like with like.
 			scfg.DType = dtype
-			return inference.NewEmbedded(ctx, scfg, ic, log)
+			return startEmbedded(ctx, scfg, ic, log)
 		case len(cfg.Launch) > 0:
 			// vLLM reload: started from a served copy of dir written into
 			// served_dir, so it serves dir with no publish.
@@ -386,4 +386,15 @@ func configCommand() *cli.Command {
 			},
 		},
 	}
+}
+
+// startEmbedded builds the embedded server on scfg's checkpoint and the
+// backend that talks to it: the one place the process reaches the server
+// (and libtorch) for inference.
+func startEmbedded(ctx context.Context, scfg server.Config, ic inference.Config, log zerolog.Logger) (inference.Backend, error) {
+	srv, err := server.New(scfg, log.With().Str("component", "embedded-server").Logger())
+	if err != nil {
+		return nil, err
+	}
+	return inference.NewEmbedded(ctx, srv, ic, log)
 }

@@ -90,7 +90,7 @@ func BenchmarkVLLMDecode(b *testing.B) {
 		}
 		scfg := server.DefaultConfig(model)
 		scfg.MaxModelLen, scfg.DType = 1024, dtype
-		eb, err := inference.NewEmbedded(ctx, scfg, inference.DefaultConfig("embedded"), log)
+		eb, err := startEmbedded(ctx, scfg, inference.DefaultConfig("embedded"), log)
 		if err != nil {
 			vb.Close()
 			b.Fatal(err)

@@ -665,3 +665,6 @@ func usage(results []choiceResult, n int) map[string]any {
 
 // ModelName is the served model id.
 func (s *Server) ModelName() string { return s.name }
+
+// RequiresKey says whether requests need the API key as a bearer token.
+func (s *Server) RequiresKey() bool { return s.key != "" }

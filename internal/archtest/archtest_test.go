@@ -2,6 +2,7 @@ package archtest
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -127,5 +128,62 @@ func TestCheckReportsUnparsableFile(t *testing.T) {
 	}
 	if _, err := Check(root); err == nil || !strings.Contains(err.Error(), "bad.go") {
 		t.Fatalf("Check on a broken file: err = %v, want one naming bad.go", err)
+	}
+}
+
+// TestCheckTransitiveLayers: no package outside Heavy reaches libtorch
+// through any chain of imports, and those packages build without cgo.
+func TestCheckTransitiveLayers(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := LoadGraph(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range CheckTransitive(mod, g) {
+		t.Errorf("architecture: %s", v)
+	}
+	var light []string
+	for p := range g {
+		rel, ok := strings.CutPrefix(p, mod+"/")
+		if !ok {
+			continue
+		}
+		heavy := false
+		for _, h := range Heavy {
+			heavy = heavy || under(rel, h)
+		}
+		if !heavy {
+			light = append(light, "./"+rel)
+		}
+	}
+	cmd := exec.Command("go", append([]string{"build"}, light...)...) // several packages: built, nothing written
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("the packages above the model do not build with CGO_ENABLED=0: %v\n%s", err, out)
+	}
+}
+
+// The checker finds a chain through an intermediate package and names it.
+func TestCheckTransitiveFindsTheChain(t *testing.T) {
+	g := Graph{
+		mod + "/orchestrator":     {mod + "/inference", "fmt"},
+		mod + "/inference":        {mod + "/inference/server"},
+		mod + "/inference/server": {mod + "/trainer"},
+		mod + "/trainer":          {"github.com/sugarme/gotch/ts"},
+		mod + "/rollout":          {mod + "/tokenizer"},
+		mod + "/tokenizer":        {},
+		mod + "/cmd/seedctl":      {mod + "/trainer"},
+	}
+	vs := CheckTransitive(mod, g)
+	got := map[string]string{}
+	for _, v := range vs {
+		got[v.File] = v.Reason
+	}
+	if len(vs) != 2 || !strings.Contains(got["orchestrator"], "orchestrator → inference → inference/server → trainer") || got["inference"] == "" {
+		t.Errorf("violations %v: want orchestrator (through inference, inference/server, trainer) and inference", vs)
 	}
 }
