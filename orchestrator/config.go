@@ -2,7 +2,7 @@
 // policy, analyze with an external or oracle analyzer, SFT the policy to
 // write skills) and stage 2 iterations (publish, rollouts, self-analysis,
 // critical steps, teacher contexts, rescoring, GRPO advantages, update,
-// checkpoint), with the baselines of DESIGN §2, a run directory that
+// checkpoint), with the baselines of docs/algorithm.md, a run directory that
 // survives kill -9, periodic evaluation, metrics and a report.
 //
 // The trainer is reached through the Learner interface declared here;
@@ -25,7 +25,7 @@ import (
 	"github.com/seedctl/seedctl/skills"
 )
 
-// Algorithms (DESIGN §2's method and baselines).
+// Algorithms (docs/algorithm.md's method and baselines).
 const (
 	AlgoSEED        = "seed"
 	AlgoGRPO        = "grpo"
@@ -247,7 +247,7 @@ const (
 
 // Critical-step selectors (Config.CriticalSteps).
 const (
-	// CriticalReturnVariance is DESIGN §2's: anchor states shared across
+	// CriticalReturnVariance is docs/algorithm.md's: anchor states shared across
 	// the group, ranked by how far a step's return falls below its
 	// group's mean, candidates handed to the analyzer.
 	CriticalReturnVariance = "return_variance"
@@ -499,7 +499,7 @@ type Config struct {
 	// AnalysisTokens bounds each self-analysis answer.
 	AnalysisTokens int `json:"analysis_max_tokens"`
 	// AnalysisRepair sends a self-analysis answer that does not parse back
-	// once with the error (DESIGN §2's repair prompt; the GPU configs have
+	// once with the error (docs/algorithm.md's repair prompt; the GPU configs have
 	// it). Off in the embedded default: the tiny household model repaired
 	// none of 583 such answers over the v11 bench's SEED runs, and the
 	// round wrote more tokens than the analysis itself.

@@ -59,7 +59,7 @@ type State struct {
 
 const stateVersion = 1
 
-// Paths of a run directory (DESIGN §4).
+// Paths of a run directory (docs/algorithm.md, where training's run directory is described).
 type runDir string
 
 func (d runDir) path(parts ...string) string {

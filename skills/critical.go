@@ -39,7 +39,7 @@ func stepReturns(t *rollout.Trajectory, gamma float64) []float64 {
 }
 
 // CriticalSteps picks candidate critical steps for each trajectory of one
-// GRPO group (the G trajectories of one task), as DESIGN §2 describes:
+// GRPO group (the G trajectories of one task), as docs/algorithm.md describes:
 // steps taken in the same anchor state (identical observation) are grouped
 // across trajectories; groups with at least two members whose return
 // variance is in the top quartile are candidates; a step ranks by how far

@@ -39,7 +39,7 @@ type RLSequence struct {
 	Distill     []bool
 }
 
-// RLConfig weighs the loss L = L_GRPO + λ·L_OPD + c_KL·KL (DESIGN §2).
+// RLConfig weighs the loss L = L_GRPO + λ·L_OPD + c_KL·KL (docs/algorithm.md).
 type RLConfig struct {
 	ClipEps float64 // ε_c of the clipped ratio (0.2)
 	Lambda  float64 // λ, weight of the gated distillation loss (0.01)

@@ -1,4 +1,4 @@
-// Package archtest holds the import rules of DESIGN §3 (the architecture)
+// Package archtest holds the import rules of docs/architecture.md (the architecture)
 // and a checker that reads every Go file of the module and reports the
 // imports that break them. Its test runs the checker on this repository, so
 // `go test ./...` fails on a forbidden import.
@@ -32,7 +32,7 @@ type ExternalRule struct {
 	Why          string
 }
 
-// Rules is the architecture: DESIGN §3's table. A new top-level package
+// Rules is the architecture: docs/architecture.md's table. A new top-level package
 // needs a row here before it can be built.
 var Rules = []Rule{
 	{Dir: "cmd", MayUse: []string{"*"}, Comment: "CLI and wiring"},

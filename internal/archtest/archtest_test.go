@@ -11,7 +11,7 @@ import (
 const mod = "github.com/seedctl/seedctl"
 
 // TestRepositoryFollowsArchitecture is the architecture test: it fails when
-// any Go file of this module imports across the rules of DESIGN §3.
+// any Go file of this module imports across the rules of docs/architecture.md.
 func TestRepositoryFollowsArchitecture(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
