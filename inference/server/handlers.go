@@ -176,6 +176,11 @@ func parsePrompt(raw json.RawMessage, tok *tokenizer.Tokenizer, vocab, maxPrompt
 func checkLength(prompts [][]int, maxTokens, maxLen int) error {
 	for _, p := range prompts {
 		if len(p) > maxLen || maxTokens > maxLen-len(p) {
+			if maxTokens > maxLen {
+				// The sum could overflow into a negative count.
+				return bad("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens in the completion alone (%d in the prompt).",
+					maxLen, maxTokens, len(p))
+			}
 			return bad("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d in the completion).",
 				maxLen, len(p)+maxTokens, len(p), maxTokens)
 		}

@@ -12,9 +12,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"reflect"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -323,12 +325,144 @@ func unmarshalBody(body []byte, dst any) error {
 	if !utf8.Valid(body) {
 		return bad("", "request body is not valid UTF-8")
 	}
+	if err := loneSurrogate(body); err != nil {
+		return err
+	}
 	if err := json.Unmarshal(body, dst); err != nil {
 		var br *badRequest
 		if errors.As(err, &br) {
 			return br // a field's own check (chatMessages)
 		}
 		return bad("", "malformed JSON body: %v", err)
+	}
+	known := fieldsOf(reflect.TypeOf(dst).Elem())
+	for _, k := range topLevelKeys(body) {
+		if !known[k] {
+			return bad(k, "unknown field %q: this server does not implement it (and does not ignore what a client asked for)", k)
+		}
+	}
+	return nil
+}
+
+var fieldCache sync.Map // reflect.Type → map[string]bool
+
+// fieldsOf lists the JSON names of a struct's fields, those of embedded
+// structs included.
+func fieldsOf(t reflect.Type) map[string]bool {
+	if m, ok := fieldCache.Load(t); ok {
+		return m.(map[string]bool)
+	}
+	m := map[string]bool{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			switch {
+			case name == "-":
+			case f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct:
+				walk(f.Type)
+			case name != "":
+				m[name] = true
+			case f.IsExported():
+				m[f.Name] = true
+			}
+		}
+	}
+	if t.Kind() == reflect.Struct {
+		walk(t)
+	}
+	fieldCache.Store(t, m)
+	return m
+}
+
+// topLevelKeys lists the keys of the JSON object body (valid JSON) without
+// decoding its values: a 30 MB prompt is skipped over, not copied.
+func topLevelKeys(body []byte) []string {
+	var keys []string
+	depth, inString, escaped, start := 0, false, false, 0
+	for i, c := range body {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+				if depth == 1 {
+					// A string at depth 1 is a key when a colon follows.
+					j := i + 1
+					for j < len(body) && (body[j] == ' ' || body[j] == '\t' || body[j] == '\n' || body[j] == '\r') {
+						j++
+					}
+					if j < len(body) && body[j] == ':' {
+						if k, err := strconv.Unquote(string(body[start : i+1])); err == nil {
+							keys = append(keys, k)
+						}
+					}
+				}
+			}
+		case c == '"':
+			inString, start = true, i
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return keys
+}
+
+// loneSurrogate refuses a \uD800–\uDFFF escape that is not half of a
+// surrogate pair: JSON decoders turn it into U+FFFD silently (Go's) or
+// carry an unencodable string (Python's), so the text would not be what
+// the client sent.
+func loneSurrogate(body []byte) error {
+	hex4 := func(b []byte) (rune, bool) {
+		if len(b) < 4 {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(b[:4]), 16, 16)
+		return rune(v), err == nil
+	}
+	inString := false
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		if !inString {
+			inString = c == '"'
+			continue
+		}
+		switch c {
+		case '"':
+			inString = false
+		case '\\':
+			if i+1 >= len(body) {
+				return nil
+			}
+			if body[i+1] != 'u' {
+				i++ // a two-character escape (\\, \", \n, …)
+				continue
+			}
+			r, ok := hex4(body[i+2:])
+			if !ok {
+				return nil // malformed; the decoder says so
+			}
+			i += 5
+			switch {
+			case r >= 0xD800 && r <= 0xDBFF:
+				if i+6 < len(body) && body[i+1] == '\\' && body[i+2] == 'u' {
+					if lo, ok := hex4(body[i+3:]); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+						i += 6
+						continue
+					}
+				}
+				return bad("", "the body holds a lone UTF-16 surrogate escape (\\u%04x) at byte %d: not a character", r, i-5)
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return bad("", "the body holds a lone UTF-16 surrogate escape (\\u%04x) at byte %d: not a character", r, i-5)
+			}
+		}
 	}
 	return nil
 }
@@ -428,6 +562,17 @@ type genParams struct {
 	Stream           bool            `json:"stream"`
 	PresencePenalty  *float64        `json:"presence_penalty"`
 	FrequencyPenalty *float64        `json:"frequency_penalty"`
+	// More fields other servers take, each accepted only at its no-op
+	// value (min_p 0, repetition_penalty 1) or refused by name
+	// (functions, function_call, reasoning_effort); user, an end-user id
+	// for abuse tracking, is accepted and ignored. Any other field is an
+	// error naming it (decodeStrict).
+	MinP              *float64        `json:"min_p"`
+	RepetitionPenalty *float64        `json:"repetition_penalty"`
+	Functions         json.RawMessage `json:"functions"`
+	FunctionCall      json.RawMessage `json:"function_call"`
+	ReasoningEffort   json.RawMessage `json:"reasoning_effort"`
+	User              string          `json:"user"`
 }
 
 type parsedGen struct {
@@ -450,7 +595,9 @@ func (g genParams) parse(defaultMax int, vocab int) (parsedGen, error) {
 		on   bool
 	}{{"tools", set(g.Tools)}, {"tool_choice", set(g.ToolChoice)}, {"response_format", set(g.ResponseFormat)},
 		{"logit_bias", set(g.LogitBias) && string(g.LogitBias) != "{}"}, {"suffix", set(g.Suffix) && string(g.Suffix) != `""`},
-		{"best_of", g.BestOf != nil && *g.BestOf != 1}} {
+		{"best_of", g.BestOf != nil && *g.BestOf != 1},
+		{"functions", set(g.Functions)}, {"function_call", set(g.FunctionCall)}, {"reasoning_effort", set(g.ReasoningEffort)},
+		{"min_p", g.MinP != nil && *g.MinP != 0}, {"repetition_penalty", g.RepetitionPenalty != nil && *g.RepetitionPenalty != 1}} {
 		if f.on {
 			return p, bad(f.name, "%s is not supported by this server", f.name)
 		}

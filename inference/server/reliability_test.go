@@ -461,6 +461,15 @@ func TestBodiesThatCannotFitAreRefusedBeforeTheWork(t *testing.T) {
 		many.WriteString(`{"role":"user","content":"hi"}`)
 	}
 	many.WriteString(`]}`)
+	var prompts strings.Builder // 7 million one-token prompts for /generate
+	prompts.WriteString(`{"sampling_params":{"max_new_tokens":1},"input_ids":[`)
+	for i := range 7_000_000 {
+		if i > 0 {
+			prompts.WriteByte(',')
+		}
+		prompts.WriteString(`[1]`)
+	}
+	prompts.WriteString(`]}`)
 	js := func(v any) string { b, _ := json.Marshal(v); return string(b) }
 	for _, tc := range []struct {
 		name, path, body, field string
@@ -469,6 +478,7 @@ func TestBodiesThatCannotFitAreRefusedBeforeTheWork(t *testing.T) {
 		{"one 30 MB message", "/v1/chat/completions", js(map[string]any{"max_tokens": 1, "messages": []map[string]string{{"role": "user", "content": big}}}), "messages"},
 		{"a 30 MB prompt", "/v1/completions", js(map[string]any{"max_tokens": 1, "prompt": big}), "prompt"},
 		{"a 30 MB prompt in a list", "/v1/completions", js(map[string]any{"max_tokens": 1, "prompt": []string{"hi", big}}), "prompt"},
+		{"seven million prompts to /generate", "/generate", prompts.String(), "input_ids"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if len(tc.body) > maxBodyBytes {

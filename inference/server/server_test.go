@@ -719,3 +719,85 @@ func TestRefusesCrossSiteRequests(t *testing.T) {
 		t.Error("a same-origin request naming localhost was refused")
 	}
 }
+
+// Request fields: a field this server does not implement is refused by
+// name, never ignored (OpenAI's and vLLM's extensions included), but for
+// no-op values of vLLM's sampling extensions and the end-user id.
+func TestUnimplementedFieldsAreRefusedByName(t *testing.T) {
+	ts := newTestServer(t, nil)
+	base := func(extra map[string]any) map[string]any {
+		b := map[string]any{"prompt": []int{1, 2, 3}, "max_tokens": 1}
+		for k, v := range extra {
+			b[k] = v
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		extra map[string]any
+		field string // "" : accepted
+	}{
+		{map[string]any{"min_p": 0.1}, "min_p"},
+		{map[string]any{"repetition_penalty": 1.3}, "repetition_penalty"},
+		{map[string]any{"functions": []any{map[string]any{"name": "f"}}}, "functions"},
+		{map[string]any{"function_call": "auto"}, "function_call"},
+		{map[string]any{"reasoning_effort": "low"}, "reasoning_effort"},
+		{map[string]any{"guided_json": map[string]any{}}, "guided_json"},
+		{map[string]any{"min_p": 0, "repetition_penalty": 1, "user": "u-1"}, ""},
+	} {
+		code, out := post(t, ts.url+"/v1/completions", base(tc.extra))
+		if tc.field == "" {
+			if code != 200 {
+				t.Errorf("%v: %d %v, want 200", tc.extra, code, out)
+			}
+			continue
+		}
+		e, _ := out["error"].(map[string]any)
+		if code != 400 || e == nil || e["param"] != tc.field || !strings.Contains(fmt.Sprint(e["message"]), tc.field) {
+			t.Errorf("%v: %d %v, want 400 naming %s", tc.extra, code, out, tc.field)
+		}
+	}
+	code, out := post(t, ts.url+"/v1/chat/completions", map[string]any{"messages": []map[string]string{{"role": "user", "content": "hi"}}, "max_tokens": 1, "reasoning_effort": "high"})
+	if e, _ := out["error"].(map[string]any); code != 400 || e == nil || e["param"] != "reasoning_effort" {
+		t.Errorf("chat with reasoning_effort: %d %v", code, out)
+	}
+}
+
+// A lone UTF-16 surrogate escape is refused (Go's decoder would make it
+// U+FFFD silently); a surrogate pair is a character and passes.
+func TestLoneSurrogateEscapesAreRefused(t *testing.T) {
+	ts := newTestServer(t, nil)
+	for body, ok := range map[string]bool{
+		`{"prompt":"a\ud800b","max_tokens":1}`:         false,
+		`{"prompt":"a\udc00","max_tokens":1}`:          false,
+		`{"prompt":"\ud83d\ude00 ok","max_tokens":1}`:  true,
+		`{"prompt":"a\\ud800 is text","max_tokens":1}`: true, // an escaped backslash, then text
+	} {
+		code, out := post(t, ts.url+"/v1/completions", body)
+		if ok && code != 200 || !ok && (code != 400 || !strings.Contains(fmt.Sprint(out), "surrogate")) {
+			t.Errorf("%s: %d %v", body, code, out)
+		}
+	}
+	code, out := post(t, ts.url+"/generate", `{"input_ids":[1,2],"sampling_params":{"max_new_tokens":1,"stop":"\udfff"}}`)
+	if code != 400 || !strings.Contains(fmt.Sprint(out), "surrogate") {
+		t.Errorf("/generate with a lone surrogate: %d %v", code, out)
+	}
+}
+
+// A max_tokens so large that prompt + completion overflows is refused
+// with the numbers as sent, never a negative total.
+func TestHugeMaxTokensErrorHasNoOverflow(t *testing.T) {
+	ts := newTestServer(t, nil)
+	code, out := post(t, ts.url+"/v1/completions", `{"prompt":[1,2,3],"max_tokens":9223372036854775807}`)
+	msg := fmt.Sprint(out)
+	if code != 400 || !strings.Contains(msg, "9223372036854775807") || strings.Contains(msg, "-9223372036854775") {
+		t.Errorf("%d %s", code, msg)
+	}
+}
+
+func TestTopLevelKeys(t *testing.T) {
+	body := `{"a":1, "b" : {"c":2,"d":[{"e":3}]}, "f\"g":"h:\"i\"", "j":["k:"]}`
+	got := strings.Join(topLevelKeys([]byte(body)), ",")
+	if got != `a,b,f"g,j` {
+		t.Errorf("keys %q", got)
+	}
+}

@@ -48,6 +48,10 @@ func (s *Server) sglangGenerate(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	if err := loneSurrogate(body); err != nil {
+		s.fail(w, err)
+		return
+	}
 	var req sglangRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -61,6 +65,12 @@ func (s *Server) sglangGenerate(w http.ResponseWriter, r *http.Request) {
 	}
 	snap := s.eng.snap()
 	vocab := snap.model.Config().VocabSize
+	// Counted before anything is decoded, as /v1/completions counts: a
+	// body of many prompts is refused without building them.
+	if n := countPrompts(req.InputIDs, s.eng.maxSequences()+1); n > s.eng.maxSequences() {
+		s.fail(w, bad("input_ids", "more than %d prompts in one request", s.eng.maxSequences()))
+		return
+	}
 	var prompts [][]int
 	var one []int
 	batch := false
