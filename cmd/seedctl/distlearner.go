@@ -98,12 +98,6 @@ func rankDevice(device string, local, perHost int) (string, error) {
 	return device, nil
 }
 
-// rankHello is the first line a rank that dialled in sends.
-type rankHello struct {
-	Host string `json:"host"`
-	PID  int    `json:"pid"`
-}
-
 // rankReply is a worker's answer.
 type rankReply struct {
 	OK      bool        `json:"ok"`
@@ -148,6 +142,11 @@ func (o distOptions) validate() error {
 		return fmt.Errorf("--dist-timeout %v must be positive", o.timeout)
 	case o.masterPort < 0 || o.masterPort > 65535:
 		return fmt.Errorf("--master-port %d must be in 1..65535 (0: a free port, one host only)", o.masterPort)
+	}
+	if o.world > o.nproc {
+		if _, err := rankSecret(); err != nil {
+			return fmt.Errorf("--world-size %d: %w", o.world, err)
+		}
 	}
 	return nil
 }
@@ -382,41 +381,75 @@ func startLocalRank(self, device string, r int) (*rankProc, error) {
 // in the order they arrive; it gives up after o.timeout, saying how many
 // came.
 func acceptRanks(o distOptions, n int, log zerolog.Logger) ([]*rankProc, error) {
+	secret, err := rankSecret()
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return nil, fmt.Errorf("--listen %s for the other hosts' ranks: %w", o.listen, err)
 	}
 	defer ln.Close()
-	log.Info().Str("listen", ln.Addr().String()).Int("ranks", n).Msgf("waiting for %d learner ranks of other hosts: seedctl learner-node --connect %s --nproc K there", n, ln.Addr())
+	log.Info().Str("listen", ln.Addr().String()).Int("ranks", n).Msgf("waiting for %d learner ranks of other hosts: seedctl learner-node --connect %s --nproc K there, with %s set as here", n, ln.Addr(), rankSecretEnv)
 	if listening != nil {
 		listening(ln.Addr().String())
 	}
-	deadline := time.Now().Add(o.timeout)
-	var out []*rankProc
-	closeAll := func() {
-		for _, p := range out {
-			p.stop()
-		}
+	type admitted struct {
+		conn  net.Conn
+		hello rankHello
+		in    *bufio.Reader
 	}
+	// Every connection is checked in its own goroutine within
+	// handshakeTimeout: a silent or slow peer holds no one up.
+	ranks := make(chan admitted)
+	done := make(chan struct{})
+	defer close(done)
+	slots := make(chan struct{}, pendingHandshakes)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return // the listener closed
+			}
+			select {
+			case slots <- struct{}{}:
+			default:
+				log.Warn().Str("from", conn.RemoteAddr().String()).Msgf("more than %d connections to the ranks' port at once; closed", pendingHandshakes)
+				conn.Close()
+				continue
+			}
+			go func() {
+				defer func() { <-slots }()
+				h, in, err := admitRank(conn, secret)
+				if err != nil {
+					log.Warn().Str("from", conn.RemoteAddr().String()).Err(err).Msg("refused a connection to the ranks' port")
+					conn.Close()
+					return
+				}
+				select {
+				case ranks <- admitted{conn, h, in}:
+				case <-done:
+					conn.Close()
+				}
+			}()
+		}
+	}()
+	timer := time.NewTimer(o.timeout)
+	defer timer.Stop()
+	var out []*rankProc
 	for len(out) < n {
-		ln.(*net.TCPListener).SetDeadline(deadline)
-		conn, err := ln.Accept()
-		if err != nil {
-			closeAll()
-			return nil, fmt.Errorf("waiting for the other hosts' learner ranks at %s: %d of %d dialled in within %v (--dist-timeout): %w", ln.Addr(), len(out), n, o.timeout, err)
+		select {
+		case a := <-ranks:
+			conn := a.conn
+			p := &rankProc{rank: o.nproc + len(out), host: fmt.Sprintf("%s pid %d", a.hello.Host, a.hello.PID), in: conn, out: lineScanner(a.in), stop: func() { conn.Close() }}
+			out = append(out, p)
+			log.Info().Int("rank", p.rank).Str("host", a.hello.Host).Int("pid", a.hello.PID).Str("from", conn.RemoteAddr().String()).Msgf("learner rank %d dialled in and authenticated (%d of %d)", p.rank, len(out), n)
+		case <-timer.C:
+			for _, p := range out {
+				p.stop()
+			}
+			return nil, fmt.Errorf("waiting for the other hosts' learner ranks at %s: %d of %d dialled in within %v (--dist-timeout)", ln.Addr(), len(out), n, o.timeout)
 		}
-		sc := lineScanner(conn)
-		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-		var h rankHello
-		if !sc.Scan() || json.Unmarshal(sc.Bytes(), &h) != nil || h.Host == "" {
-			log.Warn().Str("from", conn.RemoteAddr().String()).Msg("a connection to the ranks' port sent no hello; closed")
-			conn.Close()
-			continue
-		}
-		conn.SetReadDeadline(time.Time{})
-		p := &rankProc{rank: o.nproc + len(out), host: fmt.Sprintf("%s pid %d", h.Host, h.PID), in: conn, out: sc, stop: func() { conn.Close() }}
-		out = append(out, p)
-		log.Info().Int("rank", p.rank).Str("host", h.Host).Int("pid", h.PID).Msgf("learner rank %d dialled in (%d of %d)", p.rank, len(out), n)
 	}
 	return out, nil
 }
@@ -568,17 +601,21 @@ func learnerRankCommand() *cli.Command {
 			if addr == "" {
 				return serveLearnerRank(c.Context, c.String("device"), os.Stdin, os.Stdout)
 			}
+			secret, err := rankSecret()
+			if err != nil {
+				return cli.Exit("learner-rank: "+err.Error(), 2)
+			}
 			conn, err := dialRun(c.Context, addr, c.Duration("connect-timeout"))
 			if err != nil {
 				return cli.Exit("learner-rank: "+err.Error(), 1)
 			}
 			defer conn.Close()
 			host, _ := os.Hostname()
-			b, _ := json.Marshal(rankHello{Host: host, PID: os.Getpid()})
-			if _, err := conn.Write(append(b, '\n')); err != nil {
-				return cli.Exit(fmt.Sprintf("learner-rank: saying hello to %s: %v", addr, err), 1)
+			in, err := joinRun(conn, secret, host, os.Getpid())
+			if err != nil {
+				return cli.Exit(fmt.Sprintf("learner-rank: %s: %v", addr, err), 1)
 			}
-			return serveLearnerRank(c.Context, c.String("device"), conn, conn)
+			return serveLearnerRank(c.Context, c.String("device"), in, conn)
 		},
 	}
 }
@@ -605,7 +642,7 @@ func learnerNodeCommand() *cli.Command {
 	return &cli.Command{
 		Name:        "learner-node",
 		Usage:       "start learner ranks on this host for a seedctl run --world-size W on another host (they dial its --listen address)",
-		Description: "Example:\n   seedctl learner-node --connect hostA:29501 --nproc 4   # on hostB, while hostA runs: seedctl run --nproc 4 --world-size 8 --master-addr hostA --master-port 29500 --listen :29501",
+		Description: "Example (SEEDCTL_RANK_SECRET set to the same secret on both hosts):\n   seedctl learner-node --connect hostA:29501 --nproc 4   # on hostB, while hostA runs: seedctl run --nproc 4 --world-size 8 --master-addr hostA --master-port 29500 --listen hostA:29501",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "connect", Required: true, Usage: "the run's --listen address as this host reaches it (HOST:PORT)"},
 			&cli.IntFlag{Name: "nproc", Value: 1, Usage: "learner ranks to start here"},
@@ -619,6 +656,9 @@ func learnerNodeCommand() *cli.Command {
 			}
 			if _, _, err := net.SplitHostPort(c.String("connect")); err != nil {
 				return cli.Exit(fmt.Sprintf("learner-node: --connect %q: want HOST:PORT, the run's --listen address (%v)", c.String("connect"), err), 2)
+			}
+			if _, err := rankSecret(); err != nil {
+				return cli.Exit("learner-node: "+err.Error(), 2)
 			}
 			self, err := os.Executable()
 			if err != nil {
@@ -685,6 +725,14 @@ func serveLearnerRank(ctx context.Context, device string, stdin io.Reader, stdou
 		var req rankRequest
 		if err := json.Unmarshal(in.Bytes(), &req); err != nil {
 			answer(fail(fmt.Errorf("rank %d: bad request: %w", cfg.Rank, err)))
+			continue
+		}
+		if l == nil && req.Op != "load" && req.Op != "close" {
+			answer(fail(fmt.Errorf("rank %d: %q before \"load\": nothing is loaded yet", cfg.Rank, req.Op)))
+			continue
+		}
+		if l != nil && req.Op == "load" {
+			answer(fail(fmt.Errorf("rank %d: a second \"load\": this rank has its policy", cfg.Rank)))
 			continue
 		}
 		switch req.Op {

@@ -535,6 +535,7 @@ func TestRunDataParallelMatchesOneProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Setenv(rankSecretEnv, "a test secret of the run and its ranks")
 	var node *exec.Cmd
 	listening = func(addr string) {
 		node = exec.Command(os.Args[0], "learner-node", "--connect", addr, "--nproc", "1")
@@ -582,6 +583,7 @@ func TestOtherHostsRanksFailClearly(t *testing.T) {
 	}
 	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
 	spec := orchestrator.LearnerSpec{Policy: cfg.Model, Reference: cfg.Model, RL: cfg.RL, Temperature: 1}
+	t.Setenv(rankSecretEnv, "a test secret of the run and its ranks")
 	start := time.Now()
 	_, err := newDistLearner(distOptions{device: "cpu", nproc: 1, world: 3, listen: "127.0.0.1:0", masterAddr: "127.0.0.1", masterPort: 29999, timeout: 2 * time.Second}, zerolog.Nop())(spec)
 	if err == nil || !strings.Contains(err.Error(), "0 of 2 dialled in within 2s (--dist-timeout)") {

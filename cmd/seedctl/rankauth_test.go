@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Both sides prove the secret; a different secret fails on both.
+func TestRankHandshake(t *testing.T) {
+	secret := []byte("the secret shared by the hosts")
+	run := func(rankSecret []byte) (hello rankHello, runErr, rankErr error) {
+		a, b := net.Pipe()
+		defer a.Close()
+		defer b.Close()
+		done := make(chan error, 1)
+		go func() {
+			_, err := joinRun(b, rankSecret, "hostB", 42)
+			if err != nil {
+				b.Close()
+			}
+			done <- err
+		}()
+		hello, _, runErr = admitRank(a, secret)
+		if runErr != nil {
+			a.Close()
+		}
+		return hello, runErr, <-done
+	}
+	h, runErr, rankErr := run(secret)
+	if runErr != nil || rankErr != nil || h.Host != "hostB" || h.PID != 42 {
+		t.Fatalf("same secret: run %v, rank %v, hello %+v", runErr, rankErr, h)
+	}
+	_, runErr, rankErr = run([]byte("another secret of the same size"))
+	if runErr == nil || rankErr == nil || !strings.Contains(runErr.Error(), "wrong proof") {
+		t.Errorf("different secrets: run %v, rank %v; want both refused", runErr, rankErr)
+	}
+}
+
+// A rank dialling something that is not the run (or a run with another
+// secret) takes no command from it.
+func TestRankRefusesAnUnprovenRun(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	go func() {
+		br := bufio.NewReader(a)
+		writeLine(a, challengeLine{strings.Repeat("ab", 32)})
+		br.ReadLine()
+		writeLine(a, proofLine{"00"})                       // a wrong proof
+		writeLine(a, map[string]any{"op": "step", "lr": 1}) // then a command
+	}()
+	if _, err := joinRun(b, []byte("the secret shared by the hosts"), "h", 1); err == nil || !strings.Contains(err.Error(), "did not prove") {
+		t.Errorf("joinRun: %v", err)
+	}
+}
+
+// Silent peers, a huge line and idle connections do not keep the real
+// rank out: it is admitted at once, and the others are dropped.
+func TestAcceptRanksIgnoresHostilePeers(t *testing.T) {
+	t.Setenv(rankSecretEnv, "the secret shared by the hosts")
+	old := handshakeTimeout
+	handshakeTimeout = 2 * time.Second
+	defer func() { handshakeTimeout = old }()
+	addr := make(chan string, 1)
+	listening = func(a string) { addr <- a }
+	defer func() { listening = nil }()
+	type result struct {
+		ps  []*rankProc
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		ps, err := acceptRanks(distOptions{nproc: 1, world: 2, listen: "127.0.0.1:0", timeout: time.Minute}, 1, zerolog.Nop())
+		res <- result{ps, err}
+	}()
+	at := <-addr
+	var hostile []net.Conn
+	for range 5 { // idle connections
+		c, err := net.Dial("tcp", at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostile = append(hostile, c)
+	}
+	big, _ := net.Dial("tcp", at) // one line of 10 MB
+	hostile = append(hostile, big)
+	go big.Write([]byte(strings.Repeat("x", 10<<20)))
+	defer func() {
+		for _, c := range hostile {
+			c.Close()
+		}
+	}()
+	start := time.Now()
+	c, err := net.Dial("tcp", at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := joinRun(c, []byte("the secret shared by the hosts"), "hostB", 7); err != nil {
+		t.Fatalf("the real rank: %v", err)
+	}
+	r := <-res
+	if r.err != nil || len(r.ps) != 1 || !strings.Contains(r.ps[0].host, "hostB pid 7") {
+		t.Fatalf("acceptRanks: %v %+v", r.err, r.ps)
+	}
+	if el := time.Since(start); el > handshakeTimeout {
+		t.Errorf("the real rank waited %v behind hostile peers", el)
+	}
+	// The admitted rank gets commands on the authenticated connection.
+	if err := r.ps[0].send(rankRequest{Op: "close"}); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	var req rankRequest
+	if json.Unmarshal([]byte(line), &req) != nil || req.Op != "close" {
+		t.Errorf("the rank read %q", line)
+	}
+	r.ps[0].stop()
+}
+
+// Without the secret the layout is refused before anything listens.
+func TestOtherHostsNeedTheSecret(t *testing.T) {
+	t.Setenv(rankSecretEnv, "")
+	err := distOptions{nproc: 1, world: 2, listen: "127.0.0.1:0", masterAddr: "h", timeout: time.Second}.validate()
+	if err == nil || !strings.Contains(err.Error(), rankSecretEnv) {
+		t.Errorf("validate without the secret: %v", err)
+	}
+	t.Setenv(rankSecretEnv, "short")
+	if err := (distOptions{nproc: 1, world: 2, listen: "127.0.0.1:0", masterAddr: "h", timeout: time.Second}).validate(); err == nil {
+		t.Error("a 5-character secret was accepted")
+	}
+	if err := (distOptions{nproc: 2, timeout: time.Second}).validate(); err != nil {
+		t.Errorf("one host needs no secret: %v", err)
+	}
+}
+
+// Commands before "load", or a second "load", are errors answered to the
+// sender, never a crash.
+func TestRankCommandsOutOfOrder(t *testing.T) {
+	var out strings.Builder
+	in := strings.Join([]string{
+		`{"op":"step","rows":[],"lr":1}`,
+		`{"op":"sft","data":[]}`,
+		`{"op":"rescore","seqs":[[1,2]]}`,
+		`{"op":"rescore_ref","seqs":[[1,2]]}`,
+		`{"op":"save","dir":"/tmp/x"}`,
+		`{"op":"close"}`,
+	}, "\n") + "\n"
+	if err := serveLearnerRank(context.Background(), "cpu", strings.NewReader(in), &out); err != nil {
+		t.Fatalf("serveLearnerRank: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("answers %q, want 5", lines)
+	}
+	for _, l := range lines {
+		var r rankReply
+		if json.Unmarshal([]byte(l), &r) != nil || r.OK || !strings.Contains(r.Error, `before "load"`) {
+			t.Errorf("answer %s", l)
+		}
+	}
+}
