@@ -368,6 +368,15 @@ type RLConfig struct {
 	// forward pass but makes the update independent of the server's batch
 	// composition and precision; the gap is logged as old_logp_max_gap.
 	ServerOldLogP bool `json:"server_old_logp,omitempty"`
+	// DistillForm is the distillation term: "gated_nll" ("" too; the
+	// paper's g·Δ, g = σ(β·Δ) held constant: its gradient raises every
+	// distilled sampled token, more where the teacher agrees) or "signed"
+	// (ours, off by default: the clipped shift Δ as a per-token reward,
+	// raising what the teacher endorses and lowering what it rejects, as
+	// on-policy distillation's reverse-KL gradient does).
+	DistillForm string `json:"distill_form,omitempty"`
+	// DeltaClip bounds |Δ| in the signed form (0: 5 nats).
+	DeltaClip float64 `json:"delta_clip,omitempty"`
 	// TermGradsEvery > 0 splits the update's gradient by loss term on
 	// every TermGradsEvery-th optimizer step (metrics grad_norm_grpo,
 	// grad_norm_opd, grad_norm_kl, grad_norm_entropy, grad_share_*,
@@ -835,6 +844,9 @@ func (c Config) Recipe() []string {
 	add("algo %s, %d iterations × %d tasks × %d trajectories", c.Algo, c.Iterations, c.TasksPerIteration, c.Rollout.GroupSize)
 	if c.Algo == AlgoPrivilegedSkill {
 		add("teacher: the oracle's advice about the scripted expert solving the same task, a privileged teacher (ours: the mechanism ladder's top rung)")
+	}
+	if rl.DistillForm == "signed" {
+		add("distillation term: the signed teacher shift −Δ̃·∇ℓθ, |Δ̃| ≤ %g (ours; the paper's is the gated NLL σ(β·Δ)·Δ)", map[bool]float64{true: 5, false: rl.DeltaClip}[rl.DeltaClip == 0])
 	}
 	if rl.TermGradsEvery > 0 {
 		add("gradient split by loss term every %d optimizer steps (diagnostics: one extra backward pass per term)", rl.TermGradsEvery)

@@ -80,6 +80,14 @@ type RLConfig struct {
 	// than this count as decisions in RLStats' Decision* figures
 	// (0: DefaultDecisionProb). Diagnostics only; the loss ignores it.
 	DecisionProb float64
+	// DistillForm is the distillation term's form: DistillGatedNLL (""
+	// too: the paper's g·Δ with g = σ(β·Δ) held constant, whose gradient
+	// −g·∇ℓθ raises every distilled sampled token, more where the teacher
+	// agrees) or DistillSigned (ours, off by default: −Δ̃·∇ℓθ, raising the
+	// tokens the teacher endorses and lowering those it rejects).
+	DistillForm string
+	// DeltaClip bounds |Δ| in the signed form (0: DefaultDeltaClip).
+	DeltaClip float64
 	// TermGradsEvery > 0 splits the gradient by loss term (RLStats'
 	// TermGrads) on every TermGradsEvery-th optimizer step: one extra
 	// backward pass per active term over the mini-batch, and 4 bytes per
@@ -92,6 +100,16 @@ const (
 	AggTokenMean = "token_mean"
 	AggVerl      = "verl"
 )
+
+// Distillation forms (RLConfig.DistillForm).
+const (
+	DistillGatedNLL = "gated_nll"
+	DistillSigned   = "signed"
+)
+
+// DefaultDeltaClip is RLConfig.DeltaClip's default: a teacher shift
+// beyond 5 nats weighs as 5.
+const DefaultDeltaClip = 5.0
 
 // DefaultDecisionProb is RLConfig.DecisionProb's default.
 const DefaultDecisionProb = 0.9
@@ -130,6 +148,10 @@ func (c RLConfig) Validate() error {
 		return fmt.Errorf("rl config: entropy_coef %v must be >= 0", c.EntropyCoef)
 	case c.DecisionProb < 0 || c.DecisionProb > 1:
 		return fmt.Errorf("rl config: decision_prob %v must be in [0, 1]", c.DecisionProb)
+	case c.DistillForm != "" && c.DistillForm != DistillGatedNLL && c.DistillForm != DistillSigned:
+		return fmt.Errorf("rl config: distill_form %q: want %q or %q", c.DistillForm, DistillGatedNLL, DistillSigned)
+	case c.DeltaClip < 0 || math.IsNaN(c.DeltaClip):
+		return fmt.Errorf("rl config: delta_clip %v must be >= 0 (0: %v)", c.DeltaClip, DefaultDeltaClip)
 	case c.TermGradsEvery < 0:
 		return fmt.Errorf("rl config: term_grads_every %d must be >= 0 (0: off)", c.TermGradsEvery)
 	}
@@ -236,8 +258,22 @@ func termsAt(lp float64, s *RLSequence, k int, cfg RLConfig) tokenTerms {
 	if s.Distill != nil && s.Distill[k] {
 		t.delta = float64(s.TeacherLogP[k]) - lp
 		t.gate = 1 / (1 + math.Exp(-cfg.Beta*t.delta))
-		t.opd = t.gate * t.delta
-		t.dOPD = -t.gate
+		if cfg.DistillForm == DistillSigned {
+			// The teacher's shift as a per-token reward: −Δ̃·(ℓθ − ℓold)
+			// has the gradient −Δ̃·∇ℓθ, raising what the teacher
+			// endorses and lowering what it rejects (on-policy
+			// distillation's reverse-KL gradient; Δ̃ = Δ clipped).
+			c := cfg.DeltaClip
+			if c <= 0 {
+				c = DefaultDeltaClip
+			}
+			dc := math.Max(-c, math.Min(c, t.delta))
+			t.opd = -dc * (lp - float64(s.OldLogP[k]))
+			t.dOPD = -dc
+		} else {
+			t.opd = t.gate * t.delta
+			t.dOPD = -t.gate
+		}
 	}
 	if s.RefLogP != nil {
 		rho := float64(s.RefLogP[k]) - lp

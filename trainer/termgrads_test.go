@@ -198,3 +198,42 @@ func TestDistillationMeansOverDistilledTokens(t *testing.T) {
 		t.Errorf("undistilled trained tokens changed the distillation gradient by %.3g (largest entry %.3g)", diff, scale)
 	}
 }
+
+// The signed form's gradient is Δ̃ times the NLL's: a token the teacher
+// endorses (Δ > 0) is raised, one it rejects (Δ < 0) lowered, and a shift
+// beyond the clip weighs as the clip.
+func TestRLStepSignedDistillation(t *testing.T) {
+	for _, tc := range []struct{ delta, want float64 }{{0.3, 0.3}, {-0.4, -0.4}, {7, 5}, {-9, -5}} {
+		m, _ := newTiny(t, ArchQwen2, 13)
+		ids := []int{5, 17, 3, 88}
+		old, _ := m.Rescore([][]int{ids}, 64)
+		s := RLSequence{ID: "one", IDs: ids, Train: []bool{false, false, false, true}, OldLogP: old[0],
+			TeacherLogP: []float32{0, 0, 0, old[0][3] + float32(tc.delta)}, Distill: []bool{false, false, false, true}}
+		cfg := DefaultRLConfig()
+		cfg.Lambda, cfg.KLCoef, cfg.ClipNorm, cfg.EntropyCoef, cfg.DistillForm = 1, 0, 0, 0, DistillSigned
+		m.ZeroGrad()
+		if _, err := m.rlBackward([]RLSequence{s}, cfg); err != nil {
+			t.Fatal(err)
+		}
+		signed := flatGrads(gradValues(m))
+		m.ZeroGrad()
+		if _, err := m.NLLBackward(Input{IDs: [][]int{ids[:3]}}, [][]int{{-1, -1, 88}}); err != nil {
+			t.Fatal(err)
+		}
+		nll := flatGrads(gradValues(m))
+		m.ZeroGrad()
+		worst, scale := 0.0, 0.0
+		for i := range nll {
+			worst = math.Max(worst, math.Abs(signed[i]-tc.want*nll[i]))
+			scale = math.Max(scale, math.Abs(tc.want*nll[i]))
+		}
+		if worst > 1e-4*scale {
+			t.Errorf("Δ=%v: signed gradient differs from %v × the NLL's by %.3g (scale %.3g)", tc.delta, tc.want, worst, scale)
+		}
+	}
+	bad := DefaultRLConfig()
+	bad.DistillForm = "forward"
+	if bad.Validate() == nil {
+		t.Error("an unknown distill_form was accepted")
+	}
+}

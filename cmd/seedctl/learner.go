@@ -55,7 +55,8 @@ func loadLearner(device string, spec orchestrator.LearnerSpec, g *trainer.Proces
 	m.SetRecompute(rec)
 	l := &gotchLearner{m: m, tokFrom: spec.Policy, maxTok: max(spec.RL.MicroBatchTokens, 2), wd: spec.RL.WeightDecay, temp: spec.Temperature}
 	l.rl = trainer.RLConfig{ClipEps: spec.RL.ClipEps, Lambda: spec.RL.Lambda, Beta: spec.RL.Beta, KLCoef: spec.RL.KLCoef, KLClamp: spec.RL.KLClamp, Agg: spec.RL.Agg, MicroBatchRows: spec.RL.MicroBatchRows, MicroBatchTokens: spec.RL.MicroBatchTokens, ClipNorm: spec.RL.ClipNorm, Temperature: spec.Temperature,
-		ClipRatioC: spec.RL.ClipRatioC, EntropyCoef: spec.RL.EntropyCoef, TermGradsEvery: spec.RL.TermGradsEvery}
+		ClipRatioC: spec.RL.ClipRatioC, EntropyCoef: spec.RL.EntropyCoef, TermGradsEvery: spec.RL.TermGradsEvery,
+		DistillForm: spec.RL.DistillForm, DeltaClip: spec.RL.DeltaClip}
 	l.g = g
 	if zero && g != nil {
 		l.opt, err = m.NewShardedAdamW(spec.RL.LR, spec.RL.WeightDecay, g)
