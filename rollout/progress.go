@@ -37,8 +37,11 @@ func ProgressLine(w io.Writer, label string, maxTurns int, every time.Duration) 
 func progressText(label string, s Status, maxTurns int, el time.Duration) string {
 	round := func(d time.Duration) string { return d.Round(time.Second).String() }
 	switch {
+	case s.Done >= s.Total && el < time.Second:
+		// Work already done (cached skills): a rate would be noise.
+		return fmt.Sprintf("%s: %d/%d episodes in %s", label, s.Done, s.Total, el.Round(time.Millisecond))
 	case s.Done >= s.Total:
-		return fmt.Sprintf("%s: %d/%d episodes in %s (%.2f/s)", label, s.Done, s.Total, round(el), float64(s.Done)/max(el.Seconds(), 1e-9))
+		return fmt.Sprintf("%s: %d/%d episodes in %s (%.2f/s)", label, s.Done, s.Total, round(el), float64(s.Done)/el.Seconds())
 	case maxTurns > 0 && s.Turn > 0:
 		left := time.Duration(float64(el) / float64(s.Turn) * float64(max(maxTurns-s.Turn, 0)))
 		return fmt.Sprintf("%s: %d/%d episodes, turn %d/%d (%s elapsed, ETA ≤ %s)", label, s.Done, s.Total, s.Turn, maxTurns, round(el), round(left))

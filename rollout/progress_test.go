@@ -20,6 +20,7 @@ func TestProgressText(t *testing.T) {
 		{"no limit: episode rate", Status{Done: 50, Total: 200, Turn: 9}, 0, 10 * time.Second, "eval: 50/200 episodes, turn 9 (10s elapsed, ETA 30s)"},
 		{"no limit, nothing done", Status{Done: 0, Total: 200, Turn: 1}, 0, time.Second, "eval: 0/200 episodes, turn 1 (1s elapsed, ETA ?)"},
 		{"finished", Status{Done: 200, Total: 200, Turn: 20}, 20, 100 * time.Second, "eval: 200/200 episodes in 1m40s (2.00/s)"},
+		{"finished at once: no rate", Status{Done: 64, Total: 64}, 20, 3 * time.Microsecond, "eval: 64/64 episodes in 0s"},
 	} {
 		if got := progressText("eval", tc.s, tc.maxTurns, tc.el); got != tc.want {
 			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
