@@ -60,10 +60,12 @@ build-jobs:
 check-nccl:
     ./scripts/check-nccl.sh
 
-# Fuzz the server's request decoder and the AgentGym server (DURATION each, e.g. 10m); their seed corpora run with every `just test`
+# Fuzz the server's request decoder, the AgentGym server and the learner port's handshake and commands (DURATION each, e.g. 10m); their seed corpora run with every `just test`
 fuzz DURATION="1m":
     go test ./inference/server -run '^$' -fuzz FuzzCompletionRequest -fuzztime {{DURATION}} -parallel 1
     go test ./envadapters/agentgym -run '^$' -fuzz FuzzServer -fuzztime {{DURATION}} -parallel 1
+    go test ./cmd/seedctl -run '^$' -fuzz FuzzRankHandshake -fuzztime {{DURATION}} -parallel 1
+    go test ./cmd/seedctl -run '^$' -fuzz FuzzRankCommands -fuzztime {{DURATION}} -parallel 1
 
 # Mutation check of the update's and the statistics' key lines (scripts/mutants.py): each planted bug must fail its test
 mutants:
