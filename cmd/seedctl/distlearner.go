@@ -642,7 +642,7 @@ func learnerNodeCommand() *cli.Command {
 	return &cli.Command{
 		Name:        "learner-node",
 		Usage:       "start learner ranks on this host for a seedctl run --world-size W on another host (they dial its --listen address)",
-		Description: "Example (SEEDCTL_RANK_SECRET set to the same secret on both hosts):\n   seedctl learner-node --connect hostA:29501 --nproc 4   # on hostB, while hostA runs: seedctl run --nproc 4 --world-size 8 --master-addr hostA --master-port 29500 --listen hostA:29501",
+		Description: "SEEDCTL_RANK_SECRET must hold the same secret on both hosts.\n\nExample:\n   seedctl learner-node --connect hostA:29501 --nproc 4   # on hostB, while hostA runs: seedctl run --nproc 4 --world-size 8 --master-addr hostA --master-port 29500 --listen hostA:29501",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "connect", Required: true, Usage: "the run's --listen address as this host reaches it (HOST:PORT)"},
 			&cli.IntFlag{Name: "nproc", Value: 1, Usage: "learner ranks to start here"},
