@@ -59,6 +59,7 @@ func (s *neverEnding) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // env.max_steps, evaluates on its own index ranges (never a training
 // task), and makes no more server envs than episodes played at once.
 func TestAgentGymRunStopsAtMaxStepsOnItsOwnSplits(t *testing.T) {
+	t.Parallel() // an end-to-end run: mostly waiting on its processes and servers
 	srv := &neverEnding{}
 	hs := httptest.NewServer(srv)
 	defer hs.Close()

@@ -126,6 +126,11 @@ type distOptions struct {
 	masterPort int
 	zero       bool
 	timeout    time.Duration
+	// Test hooks (nil in seedctl): started is told of each local worker
+	// rank's process, listening of the address the other hosts' ranks
+	// dial.
+	started   func(rank int, p *os.Process)
+	listening func(addr string)
 }
 
 func (o distOptions) validate() error {
@@ -173,9 +178,6 @@ func (o distOptions) checkBuild(available func(backend string) bool) error {
 
 // ranks is every rank of the group.
 func (o distOptions) ranks() int { return max(o.world, o.nproc) }
-
-// rankStarted, when set (tests), is told of each worker rank's process.
-var rankStarted func(rank int, p *os.Process)
 
 // rankProc is a running worker rank: a child process on this host or a
 // connection from a rank on another.
@@ -287,7 +289,7 @@ func newDistLearner(o distOptions, log zerolog.Logger) orchestrator.LearnerFacto
 			if err != nil {
 				return fail(err)
 			}
-			p, err := startLocalRank(self, dev, r)
+			p, err := startLocalRank(self, dev, r, o.started)
 			if err != nil {
 				return fail(err)
 			}
@@ -346,7 +348,7 @@ func newDistLearner(o distOptions, log zerolog.Logger) orchestrator.LearnerFacto
 
 // startLocalRank starts rank r on this host as a child process that takes
 // its commands on stdin.
-func startLocalRank(self, device string, r int) (*rankProc, error) {
+func startLocalRank(self, device string, r int, started func(int, *os.Process)) (*rankProc, error) {
 	cmd := exec.Command(self, "learner-rank", "--device", device)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
@@ -360,8 +362,8 @@ func startLocalRank(self, device string, r int) (*rankProc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting learner rank %d: %w", r, err)
 	}
-	if rankStarted != nil {
-		rankStarted(r, cmd.Process)
+	if started != nil {
+		started(r, cmd.Process)
 	}
 	return &rankProc{rank: r, in: in, out: lineScanner(out), stop: func() {
 		in.Close()
@@ -391,8 +393,8 @@ func acceptRanks(o distOptions, n int, log zerolog.Logger) ([]*rankProc, error) 
 	}
 	defer ln.Close()
 	log.Info().Str("listen", ln.Addr().String()).Int("ranks", n).Msgf("waiting for %d learner ranks of other hosts: seedctl learner-node --connect %s --nproc K there, with %s set as here", n, ln.Addr(), rankSecretEnv)
-	if listening != nil {
-		listening(ln.Addr().String())
+	if o.listening != nil {
+		o.listening(ln.Addr().String())
 	}
 	type admitted struct {
 		conn  net.Conn
@@ -453,9 +455,6 @@ func acceptRanks(o distOptions, n int, log zerolog.Logger) ([]*rankProc, error) 
 	}
 	return out, nil
 }
-
-// listening, when set (tests), is told the address acceptRanks listens at.
-var listening func(addr string)
 
 // exchange sends each worker its request, runs rank 0's part and collects
 // the workers' answers (a refused step is not a failure); the failures

@@ -68,15 +68,13 @@ func TestAcceptRanksIgnoresHostilePeers(t *testing.T) {
 	handshakeTimeout = 2 * time.Second
 	defer func() { handshakeTimeout = old }()
 	addr := make(chan string, 1)
-	listening = func(a string) { addr <- a }
-	defer func() { listening = nil }()
 	type result struct {
 		ps  []*rankProc
 		err error
 	}
 	res := make(chan result, 1)
 	go func() {
-		ps, err := acceptRanks(distOptions{nproc: 1, world: 2, listen: "127.0.0.1:0", timeout: time.Minute}, 1, zerolog.Nop())
+		ps, err := acceptRanks(distOptions{nproc: 1, world: 2, listen: "127.0.0.1:0", timeout: time.Minute, listening: func(a string) { addr <- a }}, 1, zerolog.Nop())
 		res <- result{ps, err}
 	}()
 	at := <-addr

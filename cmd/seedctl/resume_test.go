@@ -32,6 +32,13 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
+	// Every process this test binary starts (learner ranks, killed runs,
+	// learner-node) is seedctl: set once here, not per test, so the long
+	// end-to-end tests can run in parallel (t.Setenv forbids it).
+	os.Setenv("SEEDCTL_TEST_AS_MAIN", "1")
+	// The learner port's secret for the tests with ranks of "other hosts"
+	// (TestOtherHostsNeedTheSecret unsets it for itself).
+	os.Setenv(rankSecretEnv, "a test secret of the run and its ranks")
 	os.Exit(m.Run())
 }
 
@@ -128,12 +135,14 @@ func sameRecords(t *testing.T, a, b string, n int) {
 // --nproc 2 too (its learner rank, a child of the killed run, exits when
 // its parent's pipe closes, and the resumed run starts new ranks).
 func TestResumeAfterKillMatchesUninterruptedRun(t *testing.T) {
+	t.Parallel() // an end-to-end run: mostly waiting on its processes and servers
 	if testing.Short() {
 		t.Skip("runs seedctl twice")
 	}
-	t.Run("one process", func(t *testing.T) { resumeAfterKill(t, 1, false) })
+	t.Run("one process", func(t *testing.T) { t.Parallel(); resumeAfterKill(t, 1, false) })
 	for _, zero := range []bool{false, true} {
 		t.Run(fmt.Sprintf("two ranks, ZeRO-1 %v", zero), func(t *testing.T) {
+			t.Parallel()
 			if !trainer.DistAvailable(trainer.BackendGloo) {
 				t.Skip("this libtorch build has no Gloo process group")
 			}
@@ -147,7 +156,6 @@ func TestResumeAfterKillMatchesUninterruptedRun(t *testing.T) {
 func resumeAfterKill(t *testing.T, nproc int, zero bool) {
 	deps := tinyDeps()
 	if nproc > 1 {
-		t.Setenv("SEEDCTL_TEST_AS_MAIN", "1") // the ranks are this binary run as seedctl
 		deps.NewLearner = localRanks(nproc, zero, defaultDistTimeout)
 	}
 	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
@@ -259,6 +267,7 @@ func (f failingBackend) Generate(ctx context.Context, reqs []inference.GenReques
 // A server that fails mid-run stops the run cleanly with the last finished
 // iteration saved; resuming finishes it.
 func TestServerFailureStopsCleanlyAndResumes(t *testing.T) {
+	t.Parallel() // an end-to-end run: mostly waiting on its processes and servers
 	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
 	fail := false
 	deps := tinyDeps()

@@ -52,6 +52,7 @@ func tinyRunConfig(t *testing.T, algo string) orchestrator.Config {
 }
 
 func TestRunEndToEndTinyModel(t *testing.T) {
+	t.Parallel() // an end-to-end run: mostly waiting on its processes and servers
 	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
 	cfg.Eval.SampledTemperature = 1
 	var backend inference.Backend
@@ -192,6 +193,7 @@ func (stalePublisher) Publish(context.Context, string, string) error { return ni
 // old weights stops the run at the first publish, naming why, instead of
 // sampling the next iteration from the wrong policy.
 func TestRunStopsOnStaleWeights(t *testing.T) {
+	t.Parallel() // an end-to-end run: mostly waiting on its processes and servers
 	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
 	open := openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())
 	deps := orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(),
@@ -323,6 +325,7 @@ func TestShippedConfigsCheck(t *testing.T) {
 // A reduced bench grid on the tiny model: a spent budget starts nothing,
 // a full pass writes the tables, and a second pass reuses every run.
 func TestBenchQuickGridResumes(t *testing.T) {
+	t.Parallel() // an end-to-end run: mostly waiting on its processes and servers
 	if testing.Short() {
 		t.Skip("runs three tiny trainings")
 	}
@@ -480,6 +483,7 @@ func TestBenchGridFlags(t *testing.T) {
 // eval-seen success stops improving (a random model stays at 0%), says
 // why in state.json, and its final evaluation is the last periodic one.
 func TestRunStopsAtPlateau(t *testing.T) {
+	t.Parallel() // an end-to-end run: mostly waiting on its processes and servers
 	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
 	cfg.Iterations, cfg.Eval.Every, cfg.Eval.PlateauPatience = 3, 1, 1
 	res, err := orchestrator.Start(context.Background(), cfg, orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(),
@@ -503,13 +507,13 @@ func localRanks(n int, zero bool, timeout time.Duration) orchestrator.LearnerFac
 // first iteration see the same data as one process, so their losses and
 // gradient norms agree to float rounding; the run finishes and saves.
 func TestRunDataParallelMatchesOneProcess(t *testing.T) {
+	t.Parallel() // an end-to-end run: mostly waiting on its processes and servers
 	if !trainer.DistAvailable(trainer.BackendGloo) {
 		if info, err := trainer.Runtime(); err == nil && strings.HasPrefix(info.LibtorchVersion, "1.13") {
 			t.Fatal("Debian's libtorch but no Gloo process group (libgloo-dev missing when gotch was prepared?)")
 		}
 		t.Skip("this libtorch build has no Gloo process group")
 	}
-	t.Setenv("SEEDCTL_TEST_AS_MAIN", "1") // the rank's process is this binary run as seedctl
 	run := func(name string, learners orchestrator.LearnerFactory) []orchestrator.MetricsLine {
 		cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
 		cfg.Name, cfg.Iterations = name, 1
@@ -535,9 +539,8 @@ func TestRunDataParallelMatchesOneProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(rankSecretEnv, "a test secret of the run and its ranks")
 	var node *exec.Cmd
-	listening = func(addr string) {
+	listening := func(addr string) {
 		node = exec.Command(os.Args[0], "learner-node", "--connect", addr, "--nproc", "1")
 		node.Env = append(os.Environ(), "SEEDCTL_TEST_AS_MAIN=1")
 		node.Stderr = os.Stderr
@@ -545,9 +548,8 @@ func TestRunDataParallelMatchesOneProcess(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	defer func() { listening = nil }()
 	remote := run("remote", newDistLearner(distOptions{device: "cpu", nproc: 1, world: 2, listen: "127.0.0.1:0",
-		masterAddr: "127.0.0.1", masterPort: port, timeout: time.Minute}, zerolog.Nop()))
+		masterAddr: "127.0.0.1", masterPort: port, timeout: time.Minute, listening: listening}, zerolog.Nop()))
 	if node == nil {
 		t.Fatal("the run never listened for the other host's rank")
 	}
@@ -583,7 +585,6 @@ func TestOtherHostsRanksFailClearly(t *testing.T) {
 	}
 	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
 	spec := orchestrator.LearnerSpec{Policy: cfg.Model, Reference: cfg.Model, RL: cfg.RL, Temperature: 1}
-	t.Setenv(rankSecretEnv, "a test secret of the run and its ranks")
 	start := time.Now()
 	_, err := newDistLearner(distOptions{device: "cpu", nproc: 1, world: 3, listen: "127.0.0.1:0", masterAddr: "127.0.0.1", masterPort: 29999, timeout: 2 * time.Second}, zerolog.Nop())(spec)
 	if err == nil || !strings.Contains(err.Error(), "0 of 2 dialled in within 2s (--dist-timeout)") {
@@ -616,16 +617,15 @@ func TestOtherHostsRanksFailClearly(t *testing.T) {
 // rank, within the collectives' timeout: no hang. The state stays at the
 // last finished iteration (resume continues from there; kill -9 tests).
 func TestRunStopsWhenARankDies(t *testing.T) {
+	t.Parallel() // an end-to-end run: mostly waiting on its processes and servers
 	if !trainer.DistAvailable(trainer.BackendGloo) {
 		t.Skip("this libtorch build has no Gloo process group")
 	}
-	t.Setenv("SEEDCTL_TEST_AS_MAIN", "1")
 	var worker *os.Process
-	rankStarted = func(_ int, p *os.Process) { worker = p }
-	defer func() { rankStarted = nil }()
+	started := func(_ int, p *os.Process) { worker = p }
 	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
 	cfg.Name, cfg.Iterations = "killed", 2
-	deps := orchestrator.Deps{NewLearner: localRanks(2, false, 15*time.Second), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop()),
+	deps := orchestrator.Deps{NewLearner: newDistLearner(distOptions{device: "cpu", nproc: 2, timeout: 15 * time.Second, started: started}, zerolog.Nop()), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop()),
 		AfterPhase: func(k int, phase string) {
 			if k == 2 && phase == "rescore" && worker != nil {
 				worker.Kill() // before iteration 2's update
@@ -656,7 +656,6 @@ func TestDistLearnerRescoresLikeOneLearner(t *testing.T) {
 	if !trainer.DistAvailable(trainer.BackendGloo) {
 		t.Skip("this libtorch build has no Gloo process group")
 	}
-	t.Setenv("SEEDCTL_TEST_AS_MAIN", "1")
 	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
 	cfg.RL.KLCoef = 0.01
 	spec := orchestrator.LearnerSpec{Policy: cfg.Model, Reference: cfg.Model, RL: cfg.RL, Temperature: 1}
@@ -806,6 +805,7 @@ func (l loggedLearner) SFT(ctx context.Context, data []orchestrator.SFTExample, 
 // update, and is never asked to generate until a publish has taken it
 // back: between a release and the next publish the run only trains.
 func TestRunReleasesTheServerToTrain(t *testing.T) {
+	t.Parallel() // an end-to-end run: mostly waiting on its processes and servers
 	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
 	cfg.Iterations = 2
 	log := &callLog{}

@@ -1,0 +1,47 @@
+package envadapters
+
+import (
+	"fmt"
+	"hash/fnv"
+)
+
+// Episode is what an oracle reads of a finished episode: the text the
+// agent saw and did, never hidden environment state.
+type Episode struct {
+	ID    string // the trajectory's id (wording varies by it: Pick)
+	Task  Task
+	Steps []EpisodeStep
+	Won   bool
+	Score float64
+}
+
+// EpisodeStep is one step of an Episode.
+type EpisodeStep struct {
+	Action, Observation string
+	Valid               bool
+}
+
+// Hindsight is an oracle's advice about an episode: what happened, the
+// episode-level skill (a workflow after a win, an avoidance rule after a
+// loss) and advice for some of its steps.
+type Hindsight struct {
+	Summary, EpisodeSkill string
+	StepSkills            map[int]string
+}
+
+// Oracle is a built-in that writes hindsight about its own episodes from
+// their text and its task family's recipe: the embedded default's stage-1
+// analyzer, and the source of the privileged teacher's skills. candidates
+// are the critical steps to advise on, at most k of them.
+type Oracle interface {
+	Hindsight(ep Episode, candidates []int, k int) Hindsight
+}
+
+// Pick chooses one of options deterministically per episode id and
+// purpose, so an oracle's wording varies across episodes and a model
+// cannot learn one template.
+func Pick(id, purpose string, options ...string) string {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s/%s", id, purpose)
+	return options[int(h.Sum32())%len(options)]
+}
