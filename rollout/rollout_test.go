@@ -15,6 +15,8 @@ import (
 
 	"github.com/seedctl/seedctl/envadapters"
 	"github.com/seedctl/seedctl/envadapters/household"
+	_ "github.com/seedctl/seedctl/envadapters/searchqa"
+	_ "github.com/seedctl/seedctl/envadapters/webshop"
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/inference/server"
 	"github.com/seedctl/seedctl/inference/server/servertest"
@@ -547,15 +549,24 @@ func TestTemplateForAgentGymFlavors(t *testing.T) {
 	if tc := TemplateFor("textcraft"); !strings.Contains(tc.ActionRequest, "craft N ITEM using") {
 		t.Errorf("textcraft request %q", tc.ActionRequest)
 	}
-	if TemplateFor("household").ActionRequest != Templates["household"].ActionRequest {
-		t.Error("a built-in's template changed")
+	// A built-in states its own prompts (envadapters.Prompter); household
+	// is a place-searching environment, searchqa answers in blocks.
+	hh := TemplateFor("household")
+	if hh.System != "You are a household agent." || !hh.SkipGoTo || !hh.ListUnvisited || !hh.NextPlace || !hh.CompactWindow || !hh.ShufflePlaces || !hh.UnvisitedLast || hh.SearchAnswer {
+		t.Errorf("household template %+v", hh)
+	}
+	if sq := TemplateFor("searchqa"); !sq.SearchAnswer || sq.ListAdmissible || sq.ListUnvisited {
+		t.Errorf("searchqa template %+v", sq)
+	}
+	if ws := TemplateFor("webshop"); !ws.ListAdmissible || ws.ListUnvisited || ws.SearchAnswer || !strings.Contains(ws.ActionRequest, "click[button]") {
+		t.Errorf("webshop template %+v", ws)
 	}
 }
 
 // The public SEED code's invalid step (its ALFWorld/WebShop projections):
 // a format check of the reply alone.
 func TestFormatValidIsThePublicDefinition(t *testing.T) {
-	tagged, search := TemplateFor("household"), Templates["searchqa"]
+	tagged, search := TemplateFor("household"), TemplateFor("searchqa")
 	cases := []struct {
 		reply        string
 		think, valid bool

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/seedctl/seedctl/envadapters"
 	"github.com/seedctl/seedctl/envadapters/agentgym"
 )
 
@@ -142,34 +143,6 @@ func ExtractSearchAnswer(text string, _ []string) (string, bool) {
 	return "", false
 }
 
-// Templates are the built-in environments' prompts.
-var Templates = map[string]Template{
-	"household": {
-		System:         "You are a household agent.",
-		ActionRequest:  "Next action (go to a place, or an admissible action) in <action></action>:",
-		ListAdmissible: true,
-		SkipGoTo:       true,
-		ListUnvisited:  true,
-		UnvisitedLast:  true,
-		ShufflePlaces:  true,
-		NextPlace:      true,
-		CompactWindow:  true,
-		Extract:        ExtractTagged,
-	},
-	"webshop": {
-		System:         "You are an expert online shopper. Find and buy the product that fits the instruction.",
-		ActionRequest:  "Give your next action, search[query] or click[button], inside <action> and </action>.",
-		ListAdmissible: true,
-		Extract:        ExtractTagged,
-	},
-	"searchqa": {
-		System:        "You answer questions by searching a knowledge base.",
-		ActionRequest: "Reply with <search> query </search> to search, or <answer> answer </answer> to answer.",
-		Extract:       ExtractSearchAnswer,
-		SearchAnswer:  true,
-	},
-}
-
 // Places-line styles of household-like templates (Config.PlacesLine,
 // basemodel.Recipe.PlacesLine).
 const (
@@ -207,12 +180,27 @@ func (t Template) WithPlacesLine(style string) (Template, error) {
 	return t, fmt.Errorf("places line %q: want %q, %q or %q", style, PlacesNext, PlacesFew, PlacesAll)
 }
 
-// TemplateFor returns the template for env, or a generic tagged-action one
+// templateOf is the template a built-in's Prompting asks for.
+func templateOf(p envadapters.Prompting) Template {
+	t := Template{System: p.System, ActionRequest: p.ActionRequest, ListAdmissible: p.ListAdmissible, Extract: ExtractTagged}
+	if p.SearchAnswer {
+		t.Extract, t.SearchAnswer = ExtractSearchAnswer, true
+	}
+	if p.Places {
+		t.SkipGoTo, t.ListUnvisited, t.UnvisitedLast, t.ShufflePlaces, t.NextPlace, t.CompactWindow = true, true, true, true, true, true
+	}
+	return t
+}
+
+// TemplateFor returns the template a registered built-in's Prompting
+// asks for (envadapters.Prompter), or a generic tagged-action one
 // that, for an AgentGym flavor whose server sends no action list, states
 // the flavor's action grammar (agentgym.Flavors).
 func TemplateFor(env string) Template {
-	if t, ok := Templates[env]; ok {
-		return t
+	if b, err := envadapters.Lookup(env); err == nil {
+		if p, ok := b.(envadapters.Prompter); ok {
+			return templateOf(p.Prompting())
+		}
 	}
 	t := Template{ActionRequest: "Write your next action inside <action> and </action>.", ListAdmissible: true, Extract: ExtractTagged}
 	if f, ok := agentgym.Flavors[env]; ok {

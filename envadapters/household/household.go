@@ -34,6 +34,16 @@ func (builtin) Description() string {
 }
 func (builtin) Families() []string { return append([]string(nil), Families...) }
 
+// Prompting: a place-searching environment with an admissible-action list.
+func (builtin) Prompting() envadapters.Prompting {
+	return envadapters.Prompting{
+		System:         "You are a household agent.",
+		ActionRequest:  "Next action (go to a place, or an admissible action) in <action></action>:",
+		ListAdmissible: true,
+		Places:         true,
+	}
+}
+
 func (builtin) SplitSize(split envadapters.Split) int { return splitSizes[split] }
 
 func (builtin) Tasks(split envadapters.Split, n int) ([]envadapters.Task, error) {

@@ -157,6 +157,15 @@ func (builtin) Description() string {
 	return "Search-R1-like QA: search a generated knowledge base (BM25), answer 1-hop and 2-hop questions; exact match"
 }
 func (builtin) Families() []string                { return []string{OneHop, TwoHop} }
+
+// Prompting: <search> and <answer> blocks, as Search-R1's prompts.
+func (builtin) Prompting() envadapters.Prompting {
+	return envadapters.Prompting{
+		System:        "You answer questions by searching a knowledge base.",
+		ActionRequest: "Reply with <search> query </search> to search, or <answer> answer </answer> to answer.",
+		SearchAnswer:  true,
+	}
+}
 func (builtin) SplitSize(s envadapters.Split) int { return splitSizes[s] }
 
 func (builtin) Tasks(split envadapters.Split, n int) ([]envadapters.Task, error) {

@@ -73,6 +73,16 @@ func (builtin) Families() []string {
 	}
 	return out
 }
+
+// Prompting: search[…] and click[…] actions in <action> tags, the page's
+// buttons listed.
+func (builtin) Prompting() envadapters.Prompting {
+	return envadapters.Prompting{
+		System:         "You are an expert online shopper. Find and buy the product that fits the instruction.",
+		ActionRequest:  "Give your next action, search[query] or click[button], inside <action> and </action>.",
+		ListAdmissible: true,
+	}
+}
 func (builtin) SplitSize(s envadapters.Split) int { return splitSizes[s] }
 
 func (builtin) Tasks(split envadapters.Split, n int) ([]envadapters.Task, error) {
