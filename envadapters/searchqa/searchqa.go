@@ -156,7 +156,7 @@ func (builtin) Name() string { return Name }
 func (builtin) Description() string {
 	return "Search-R1-like QA: search a generated knowledge base (BM25), answer 1-hop and 2-hop questions; exact match"
 }
-func (builtin) Families() []string                { return []string{OneHop, TwoHop} }
+func (builtin) Families() []string { return []string{OneHop, TwoHop} }
 
 // Prompting: <search> and <answer> blocks, as Search-R1's prompts.
 func (builtin) Prompting() envadapters.Prompting {
