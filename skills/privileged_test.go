@@ -5,7 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/envadapters/example"
 	"github.com/seedctl/seedctl/envadapters/household"
 	"github.com/seedctl/seedctl/rollout"
 )
@@ -80,5 +83,58 @@ func TestPrivilegedAnalyzerGivesTheExpertsSkillForTheTask(t *testing.T) {
 		if !tr.Won || len(tr.Steps) == 0 || len(tr.Steps) > ExpertDemoSteps {
 			t.Errorf("expert on %s: won %v in %d steps", task.ID, tr.Won, len(tr.Steps))
 		}
+	}
+}
+
+// TestANewEnvironmentIsOnePackage: the guide's example environment
+// (envadapters/example, docs/adding-an-environment.md) works through every
+// part of seedctl that reads an environment — the rollout's prompts and
+// episodes, the oracle analyzer, the privileged teacher, teacher contexts
+// — with nothing but its own package, registered by importing it.
+func TestANewEnvironmentIsOnePackage(t *testing.T) {
+	ctx := context.Background()
+	b, err := envadapters.Lookup(example.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := rollout.TemplateFor(example.Name)
+	if tmpl.System != "You turn lights on in a house." || !tmpl.ListAdmissible {
+		t.Fatalf("template %+v: not the environment's prompts", tmpl)
+	}
+	p := tinyPolicy(t)
+	cfg := rollout.DefaultConfig()
+	cfg.GroupSize, cfg.EnvOptions = 2, envadapters.Options{"max_steps": "3"}
+	run, err := rollout.NewRunner(cfg, example.Name, b, p, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, _ := b.Tasks(envadapters.Train, 2)
+	trajs, err := run.Run(ctx, tasks, 0, nil)
+	if err != nil || len(trajs) != 4 {
+		t.Fatalf("rollout: %d trajectories, %v", len(trajs), err)
+	}
+	var reqs []Request
+	for _, tr := range trajs {
+		if len(tr.Steps) == 0 || !strings.Contains(tr.Steps[0].UserText, "Your task is to: turn on the light in the") {
+			t.Fatalf("trajectory %s: first turn %q", tr.ID, tr.Steps[0].UserText)
+		}
+		reqs = append(reqs, Request{Traj: tr, Candidates: []int{0}})
+	}
+	recs, err := (&OracleAnalyzer{K: 1}).Analyze(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.Skill == nil || r.Skill.EpisodeSkill == "" || strings.Contains(r.Raw, "No recipe") {
+			t.Fatalf("oracle on %s: %q", r.TrajectoryID, r.Raw)
+		}
+	}
+	priv, err := (&PrivilegedAnalyzer{Env: b}).Analyze(ctx, reqs)
+	if err != nil || priv[0].Skill == nil || !strings.Contains(priv[0].Skill.EpisodeSkill, "room") {
+		t.Fatalf("privileged teacher: %v %+v", err, priv)
+	}
+	tc, err := BuildTeacher(trajs[0], priv[0].Skill, EpisodeStep, run.Template(), p)
+	if err != nil || len(tc.Pairs) == 0 {
+		t.Fatalf("teacher context: %v", err)
 	}
 }
