@@ -47,6 +47,8 @@ var armInstruments = []struct{ key, label string }{
 	{"grad_norm_opd", "‖g_distill‖"},
 	{"adv_abs_mean", "mean abs(A)"},
 	{"gate_mean", "gate"},
+	{"gate_share_below_0.1", "gate < 0.1"},
+	{"gate_share_above_0.9", "gate ≥ 0.9"},
 	{"decision_mean_shift_pos_adv", "Δ decisions A>0"},
 	{"decision_mean_shift_neg_adv", "Δ decisions A<0"},
 	{"rejected_rate", "rejected actions"},

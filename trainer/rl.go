@@ -168,6 +168,10 @@ type RLStats struct {
 	// GateMean is the mean of σ(β·Δ) over distilled tokens; PositiveShift
 	// the share of them with Δ > 0; MeanShift the mean Δ.
 	GateMean      float64 `json:"gate_mean"`
+	// GateBins is the share of distilled tokens with the gate below 0.1,
+	// in [0.1, 0.4), [0.4, 0.6), [0.6, 0.9) and from 0.9 on (nil without
+	// distilled tokens).
+	GateBins []float64 `json:"-"`
 	PositiveShift float64 `json:"positive_shift"`
 	MeanShift     float64 `json:"mean_shift"`
 	// The same on the distilled tokens the policy was unsure of (its
@@ -474,6 +478,12 @@ func (m *Model) rlStep(opt *Optimizer, g *ProcessGroup, batch []RLSequence, cfg 
 		st.DecisionShare = float64(acc.decision.n) / float64(nDistill)
 	}
 	st.GateMean, st.MeanShift, st.PositiveShift = acc.distilled.means()
+	if n := acc.distilled.n; n > 0 {
+		st.GateBins = make([]float64, len(acc.gateBins))
+		for i, c := range acc.gateBins {
+			st.GateBins[i] = c / float64(n)
+		}
+	}
 	st.DecisionGate, st.DecisionShift, st.DecisionPositive = acc.decision.means()
 	st.DecisionShiftPosAdv, st.DecisionShiftNegAdv = acc.posAdv.meanShift(), acc.negAdv.meanShift()
 	if nKL > 0 {
@@ -618,6 +628,23 @@ func (s shiftSums) means() (gate, delta, positive float64) {
 	return s.gate / n, s.delta / n, float64(s.pos) / n
 }
 
+// gateBinEdges split the gate σ(β·Δ) into bins: a teacher that says
+// something puts tokens in the outer bins; one that barely moves the
+// policy leaves them around 0.5.
+var gateBinEdges = [...]float64{0.1, 0.4, 0.6, 0.9}
+
+// GateBinNames are RLStats.GateBins' metric names.
+var GateBinNames = [len(gateBinEdges) + 1]string{"gate_share_below_0.1", "gate_share_0.1_0.4", "gate_share_0.4_0.6", "gate_share_0.6_0.9", "gate_share_above_0.9"}
+
+func gateBin(g float64) int {
+	for i, e := range gateBinEdges {
+		if g < e {
+			return i
+		}
+	}
+	return len(gateBinEdges)
+}
+
 // meanShift is the mean Δ, nil for an empty set.
 func (s shiftSums) meanShift() *float64 {
 	if s.n == 0 {
@@ -635,10 +662,12 @@ func (st *RLStats) reduce(g *ProcessGroup, acc *rlSums) error {
 	for _, s := range shifts {
 		v = append(v, float64(s.n), float64(s.pos), s.gate, s.delta)
 	}
+	v = append(v, acc.gateBins[:]...)
 	sum, err := g.SumFloats(v)
 	if err != nil {
 		return err
 	}
+	copy(acc.gateBins[:], sum[len(sum)-len(acc.gateBins):])
 	st.GRPOLoss, st.OPDLoss, st.KL, acc.ent = sum[0], sum[1], sum[2], sum[3]
 	acc.clip, acc.dualClip, st.MicroBatches = int(sum[4]), int(sum[5]), int(sum[6])
 	for i, s := range shifts {
@@ -658,6 +687,8 @@ type rlSums struct {
 	ent            float64
 	clip, dualClip int
 	decisionLogP   float64
+	// gateBins counts distilled tokens by gate (gateBinEdges).
+	gateBins [len(gateBinEdges) + 1]float64
 	// only is the loss term whose derivative the passes carry (termAll
 	// in a training step).
 	only     lossTerm
@@ -722,6 +753,7 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 		if s.Distill != nil && s.Distill[pos] {
 			st.OPDLoss += t.opd
 			acc.distilled.add(t.gate, t.delta)
+			acc.gateBins[gateBin(t.gate)]++
 			if l < acc.decisionLogP {
 				acc.decision.add(t.gate, t.delta)
 				switch a := s.advantage(pos); {

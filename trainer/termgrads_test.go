@@ -237,3 +237,28 @@ func TestRLStepSignedDistillation(t *testing.T) {
 		t.Error("an unknown distill_form was accepted")
 	}
 }
+
+// The gate's distribution: a teacher that endorses every sampled token
+// by 1 nat puts every gate (σ(5) ≈ 0.99) in the top bin; −1 nat in the
+// bottom one; no shift at all leaves them at 0.5.
+func TestRLStepGateBins(t *testing.T) {
+	for _, tc := range []struct {
+		delta float64
+		bin   int
+	}{{1, 4}, {-1, 0}, {0, 2}} {
+		m, _ := newTiny(t, ArchQwen2, 12)
+		opt, _ := m.NewAdamW(0, 0)
+		st, err := m.RLStep(opt, withTeacher(rlBatch(t, m, []float64{0, 0, 0}), tc.delta), DefaultRLConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.GateBins) != len(GateBinNames) || st.GateBins[tc.bin] != 1 {
+			t.Errorf("Δ=%v: gate bins %v, want all in bin %d", tc.delta, st.GateBins, tc.bin)
+		}
+	}
+	m, _ := newTiny(t, ArchQwen2, 12)
+	opt, _ := m.NewAdamW(0, 0)
+	if st, _ := m.RLStep(opt, rlBatch(t, m, []float64{1, -1, 0}), DefaultRLConfig()); st.GateBins != nil {
+		t.Errorf("no distilled tokens: gate bins %v", st.GateBins)
+	}
+}

@@ -118,6 +118,9 @@ func (l *gotchLearner) Step(ctx context.Context, rows []orchestrator.Row, lr flo
 	if err := json.Unmarshal(b, &out); err != nil {
 		return nil, err
 	}
+	for i, v := range st.GateBins {
+		out[trainer.GateBinNames[i]] = v
+	}
 	out["elapsed_s"] = st.Elapsed.Seconds()
 	delete(out, "elapsed_ns")
 	return out, nil
