@@ -167,13 +167,13 @@ type RLStats struct {
 	KL       float64 `json:"kl"`
 	// GateMean is the mean of σ(β·Δ) over distilled tokens; PositiveShift
 	// the share of them with Δ > 0; MeanShift the mean Δ.
-	GateMean      float64 `json:"gate_mean"`
+	GateMean float64 `json:"gate_mean"`
 	// GateBins is the share of distilled tokens with the gate below 0.1,
 	// in [0.1, 0.4), [0.4, 0.6), [0.6, 0.9) and from 0.9 on (nil without
 	// distilled tokens).
-	GateBins []float64 `json:"-"`
-	PositiveShift float64 `json:"positive_shift"`
-	MeanShift     float64 `json:"mean_shift"`
+	GateBins      []float64 `json:"-"`
+	PositiveShift float64   `json:"positive_shift"`
+	MeanShift     float64   `json:"mean_shift"`
 	// The same on the distilled tokens the policy was unsure of (its
 	// probability below RLConfig.DecisionProb): a near-deterministic policy's
 	// sampled tokens have ℓ ≈ 0, where Δ cannot be positive and the gate
