@@ -409,6 +409,7 @@ func (e EvalConfig) rules() []rule {
 // sampling temperature against the update, the rollout settings as the
 // rollout and the environment check them.
 func (c Config) crossRules() []rule {
+	rc := c.rolloutConfig(0)
 	return []rule{
 		{key: "algo", id: "privileged", check: func() error {
 			return when(c.Algo == AlgoPrivilegedSkill && c.Env.Kind != "builtin", func() error {
@@ -426,7 +427,6 @@ func (c Config) crossRules() []rule {
 			})
 		}},
 		{key: "rollout", check: func() error {
-			rc := c.rolloutConfig(0)
 			if err := rc.Validate(); err != nil {
 				return fmt.Errorf("config: rollout: %w", err)
 			}
@@ -441,7 +441,7 @@ func (c Config) crossRules() []rule {
 			if err != nil {
 				return nil // env.name/builtin says so
 			}
-			e, err := b.New(c.rolloutConfig(0).EnvOptions)
+			e, err := b.New(rc.EnvOptions)
 			if err != nil {
 				return fmt.Errorf("config: env.options: %w", err)
 			}

@@ -68,6 +68,43 @@ func countPrompts(raw json.RawMessage, limit int) int {
 	return n
 }
 
+// scanJSON walks b once without decoding or allocating: structure sees
+// each byte outside strings with the nesting depth there (an opening
+// bracket counts itself), str each string's span [start, end] (its
+// quotes included) and the depth it sits at; either stops the walk by
+// returning false.
+func scanJSON(b []byte, structure func(i int, c byte, depth int) bool, str func(start, end, depth int) bool) {
+	depth, inString, escaped, start := 0, false, false, 0
+	for i, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+				if str != nil && !str(start, i, depth) {
+					return
+				}
+			}
+			continue
+		case c == '"':
+			inString, start = true, i
+			continue
+		case c == '[' || c == '{':
+			depth++
+		}
+		if structure != nil && !structure(i, c, depth) {
+			return
+		}
+		if c == ']' || c == '}' {
+			depth--
+		}
+	}
+}
+
 // countElements counts the elements of a JSON array (0 for anything
 // else), stopping at limit, without decoding them or allocating: b is
 // valid JSON (json.Unmarshal checks the whole body before it calls an
@@ -80,30 +117,13 @@ func countElements(b []byte, limit int) int {
 	if len(bytes.TrimSpace(b[1:len(b)-1])) == 0 {
 		return 0
 	}
-	n, depth, inString, escaped := 1, 0, false, false
-	for _, c := range b {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '[' || c == '{':
-			depth++
-		case c == ']' || c == '}':
-			depth--
-		case c == ',' && depth == 1:
-			if n++; n >= limit {
-				return n
-			}
+	n := 1
+	scanJSON(b, func(_ int, c byte, depth int) bool {
+		if c == ',' && depth == 1 {
+			n++
 		}
-	}
+		return n < limit
+	}, nil)
 	return n
 }
 

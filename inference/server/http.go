@@ -380,38 +380,22 @@ func fieldsOf(t reflect.Type) map[string]bool {
 // decoding its values: a 30 MB prompt is skipped over, not copied.
 func topLevelKeys(body []byte) []string {
 	var keys []string
-	depth, inString, escaped, start := 0, false, false, 0
-	for i, c := range body {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-				if depth == 1 {
-					// A string at depth 1 is a key when a colon follows.
-					j := i + 1
-					for j < len(body) && (body[j] == ' ' || body[j] == '\t' || body[j] == '\n' || body[j] == '\r') {
-						j++
-					}
-					if j < len(body) && body[j] == ':' {
-						if k, err := strconv.Unquote(string(body[start : i+1])); err == nil {
-							keys = append(keys, k)
-						}
-					}
-				}
-			}
-		case c == '"':
-			inString, start = true, i
-		case c == '{' || c == '[':
-			depth++
-		case c == '}' || c == ']':
-			depth--
+	scanJSON(body, nil, func(start, end, depth int) bool {
+		// A string in the top object is a key when a colon follows.
+		if depth != 1 {
+			return true
 		}
-	}
+		j := end + 1
+		for j < len(body) && (body[j] == ' ' || body[j] == '\t' || body[j] == '\n' || body[j] == '\r') {
+			j++
+		}
+		if j < len(body) && body[j] == ':' {
+			if k, err := strconv.Unquote(string(body[start : end+1])); err == nil {
+				keys = append(keys, k)
+			}
+		}
+		return true
+	})
 	return keys
 }
 
