@@ -211,6 +211,9 @@ const (
 	DropNoSignal      = "no_signal"
 )
 
+// DistillBaselineShuffled is RLConfig.DistillBaseline's contrastive gap.
+const DistillBaselineShuffled = "shuffled"
+
 // Stage-2 updates (UseUpdate).
 const (
 	// UpdatePublic is the public SEED code's update (the default's, but
@@ -377,6 +380,15 @@ type RLConfig struct {
 	DistillForm string `json:"distill_form,omitempty"`
 	// DeltaClip bounds |Δ| in the signed form (0: 5 nats).
 	DeltaClip float64 `json:"delta_clip,omitempty"`
+	// DistillBaseline is what the teacher's log-prob is compared with:
+	// "" the policy's own (the paper's Δ = ℓᵀ − ℓθ) or "shuffled" (ours,
+	// off by default: the contrastive gap Δ = ℓᵀ − ℓᴮ, ℓᴮ scored with a
+	// skill written about another task of the same iteration put in the
+	// same places, so what inserting any skill text does to the
+	// log-probs cancels and what this skill says remains). One more
+	// rescoring pass; a trajectory with no other task's skill to borrow
+	// is not distilled (metric contrast_unpaired).
+	DistillBaseline string `json:"distill_baseline,omitempty"`
 	// TermGradsEvery > 0 splits the update's gradient by loss term on
 	// every TermGradsEvery-th optimizer step (metrics grad_norm_grpo,
 	// grad_norm_opd, grad_norm_kl, grad_norm_entropy, grad_share_*,
@@ -847,6 +859,9 @@ func (c Config) Recipe() []string {
 	}
 	if rl.DistillForm == "signed" {
 		add("distillation term: the signed teacher shift −Δ̃·∇ℓθ, |Δ̃| ≤ %g (ours; the paper's is the gated NLL σ(β·Δ)·Δ)", map[bool]float64{true: 5, false: rl.DeltaClip}[rl.DeltaClip == 0])
+	}
+	if rl.DistillBaseline == DistillBaselineShuffled {
+		add("teacher shift: the contrastive gap ℓᵀ − ℓᴮ against another task's skill in the same places (ours; the paper's is ℓᵀ − ℓθ)")
 	}
 	if rl.TermGradsEvery > 0 {
 		add("gradient split by loss term every %d optimizer steps (diagnostics: one extra backward pass per term)", rl.TermGradsEvery)

@@ -20,6 +20,9 @@ type Row struct {
 	RefLogP     []float32
 	TeacherLogP []float32
 	Distill     []bool
+	// BaselineLogP: the log-probs with another task's skill in the same
+	// places (rl.distill_baseline "shuffled"); nil otherwise.
+	BaselineLogP []float32
 }
 
 // SFTExample is one stage-1 sequence; Loss marks trained positions.

@@ -296,13 +296,39 @@ func attachTeacher(rows []Row, tc *skills.TeacherContext) ([][]int, error) {
 // fillTeacher copies teacher log-probs (scored on the teacher sequence of
 // pair i) onto the plain positions of the distilled spans.
 func fillTeacher(r *Row, p skills.SeqPair, lp []float32) {
-	r.TeacherLogP = make([]float32, len(r.IDs))
+	r.TeacherLogP = scatterSpans(len(r.IDs), p, lp)
+}
+
+// scatterSpans places log-probs scored on p's teacher sequence at the plain
+// positions of its distilled spans (n positions, 0 elsewhere).
+func scatterSpans(n int, p skills.SeqPair, lp []float32) []float32 {
+	out := make([]float32, n)
 	for _, sp := range p.Spans {
 		if !sp.Distill {
 			continue
 		}
 		for j := 0; j < sp.Len; j++ {
-			r.TeacherLogP[sp.PlainStart+j] = lp[sp.TeacherStart+j]
+			out[sp.PlainStart+j] = lp[sp.TeacherStart+j]
 		}
 	}
+	return out
+}
+
+// sameSpans checks that a contrastive baseline context distils exactly
+// the teacher context's tokens: its skill text sits in the same places.
+func sameSpans(tc, base *skills.TeacherContext) error {
+	if len(tc.Pairs) != len(base.Pairs) {
+		return fmt.Errorf("contrastive baseline of %s: %d pairs, teacher %d: %w", tc.TrajectoryID, len(base.Pairs), len(tc.Pairs), skills.ErrMisaligned)
+	}
+	for i := range tc.Pairs {
+		a, b := tc.Pairs[i].Spans, base.Pairs[i].Spans
+		ok := len(a) == len(b)
+		for j := 0; ok && j < len(a); j++ {
+			ok = a[j].Step == b[j].Step && a[j].PlainStart == b[j].PlainStart && a[j].Len == b[j].Len && a[j].Distill == b[j].Distill
+		}
+		if !ok {
+			return fmt.Errorf("contrastive baseline of %s pair %d: distilled spans differ from the teacher's: %w", tc.TrajectoryID, i, skills.ErrMisaligned)
+		}
+	}
+	return nil
 }

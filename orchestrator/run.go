@@ -1280,16 +1280,40 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, p *pla
 	type pending struct {
 		row  int
 		pair skills.SeqPair
+		base *skills.SeqPair // the contrastive baseline's pair, or nil
 	}
-	var teacherSeqs [][]int
+	var teacherSeqs, baseSeqs [][]int
 	var pend []pending
-	fallbacks := 0
+	fallbacks, unpaired := 0, 0
+	contrast := r.cfg.RL.DistillBaseline == DistillBaselineShuffled
+	var donors []int
+	if contrast && len(trajs) > 0 {
+		task, has := make([]string, len(trajs)), make([]bool, len(trajs))
+		for i, t := range trajs {
+			task[i], has[i] = t.Task.ID, sks[t.ID] != nil && t.EnvError == ""
+		}
+		donors = skills.Donors(task, has, uint64(r.cfg.Seed)*7919+uint64(trajs[0].Iteration)+1)
+	}
 	for i, t := range trajs {
 		if t.EnvError != "" {
 			continue // no rows (scorePlain)
 		}
 		tr := p.rows[i]
-		if sk := sks[t.ID]; sk != nil {
+		sk := sks[t.ID]
+		var base *skills.TeacherContext
+		if sk != nil && contrast {
+			var donor *skills.Skill
+			if donors[i] >= 0 {
+				donor = sks[trajs[donors[i]].ID]
+			}
+			if bs := skills.Transplant(sk, donor); bs == nil {
+				unpaired++
+				sk = nil // no contrast, no distillation
+			} else if base, err = skills.BuildTeacher(t, bs, mode, tmpl, r.policy); err != nil {
+				return nil, fmt.Errorf("contrastive baseline of %s (skill of %s): %w", t.ID, trajs[donors[i]].ID, err)
+			}
+		}
+		if sk != nil {
 			tc, err := skills.BuildTeacher(t, sk, mode, tmpl, r.policy)
 			if err != nil {
 				return nil, fmt.Errorf("teacher context of %s: %w", t.ID, err)
@@ -1299,22 +1323,40 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, p *pla
 			if err != nil {
 				return nil, err
 			}
+			if base != nil {
+				if err := sameSpans(tc, base); err != nil {
+					return nil, err
+				}
+			}
 			for i, s := range seqs {
 				if s != nil {
-					pend = append(pend, pending{row: len(rows) + i, pair: tc.Pairs[i]})
+					pd := pending{row: len(rows) + i, pair: tc.Pairs[i]}
+					if base != nil {
+						pd.base = &base.Pairs[i]
+						baseSeqs = append(baseSeqs, base.Pairs[i].Teacher)
+					}
+					pend = append(pend, pd)
 					teacherSeqs = append(teacherSeqs, s)
 				}
 			}
 		}
 		rows = append(rows, tr...)
 	}
+	if contrast {
+		vals["contrast_unpaired"] = float64(unpaired)
+	}
 	if len(teacherSeqs) > 0 {
-		lps, err := r.learner.Rescore(ctx, teacherSeqs)
+		lps, err := r.learner.Rescore(ctx, append(teacherSeqs, baseSeqs...))
 		if err != nil {
 			return nil, fmt.Errorf("teacher rescoring: %w", err)
 		}
+		nb := 0
 		for i, p := range pend {
 			fillTeacher(&rows[p.row], p.pair, lps[i])
+			if p.base != nil {
+				rows[p.row].BaselineLogP = scatterSpans(len(rows[p.row].IDs), *p.base, lps[len(teacherSeqs)+nb])
+				nb++
+			}
 		}
 	}
 	if r.cfg.RL.DropFlat != "" {

@@ -377,6 +377,7 @@ func (r RLConfig) rules() []rule {
 		oneOf("rl.drop_flat", r.DropFlat, "", DropZeroAdvantage, DropNoSignal),
 		oneOf("rl.distill_form", r.DistillForm, "", "gated_nll", "signed"),
 		atLeast("rl.delta_clip", r.DeltaClip, 0, "must be >= 0 (0: 5 nats)"),
+		oneOf("rl.distill_baseline", r.DistillBaseline, "", DistillBaselineShuffled),
 		{key: "rl.term_grads_every", check: func() error {
 			return when(r.TermGradsEvery < 0, func() error { return bad("rl.term_grads_every", r.TermGradsEvery, "must be >= 0 (0: off)") })
 		}},

@@ -91,6 +91,7 @@ var ruleCases = map[string]func(c *Config){
 	"rl.term_grads_every": func(c *Config) { c.RL.TermGradsEvery = -1 },
 	"rl.distill_form":     func(c *Config) { c.RL.DistillForm = "forward_kl" },
 	"rl.delta_clip":       func(c *Config) { c.RL.DeltaClip = -1 },
+	"rl.distill_baseline": func(c *Config) { c.RL.DistillBaseline = "groupmate" },
 	"rl.server_old_logp":  func(c *Config) { c.Rollout.Temperature, c.RL.ServerOldLogP = 0.7, true },
 	"eval.every":          func(c *Config) { c.Eval.Every = -1 },
 	"eval.episodes":       func(c *Config) { c.Eval.Episodes = -1 },

@@ -575,3 +575,111 @@ func TestShuffleCrossesGroups(t *testing.T) {
 		t.Errorf("%.0f%% of shuffled skills come from a groupmate, want about %.0f%%", 100*share, 100*7.0/63)
 	}
 }
+
+// The contrastive baseline's skill has the own skill's shape and the
+// donor's words.
+func TestTransplant(t *testing.T) {
+	own := &Skill{EpisodeSkill: "own", StepSkills: map[int]string{1: "own 1", 4: "own 4", 6: "own 6"}}
+	tests := []struct {
+		name  string
+		own   *Skill
+		donor *Skill
+		want  *Skill
+	}{
+		{"step texts cycled in step order", own,
+			&Skill{EpisodeSummary: "s", EpisodeSkill: "d", StepSkills: map[int]string{9: "d9", 2: "d2"}},
+			&Skill{EpisodeSummary: "s", EpisodeSkill: "d", StepSkills: map[int]string{1: "d2", 4: "d9", 6: "d2"}}},
+		{"donor without step skills lends its episode skill", own,
+			&Skill{EpisodeSkill: "d"},
+			&Skill{EpisodeSkill: "d", StepSkills: map[int]string{1: "d", 4: "d", 6: "d"}}},
+		{"donor without episode skill lends its first step skill", own,
+			&Skill{StepSkills: map[int]string{3: "d3", 0: "d0"}},
+			&Skill{EpisodeSkill: "d0", StepSkills: map[int]string{1: "d0", 4: "d3", 6: "d0"}}},
+		{"no episode skill where own has none", &Skill{StepSkills: map[int]string{2: "own 2"}},
+			&Skill{EpisodeSkill: "d", StepSkills: map[int]string{5: "d5"}},
+			&Skill{StepSkills: map[int]string{2: "d5"}}},
+		{"empty donor", own, &Skill{}, nil},
+		{"nil donor", own, nil, nil},
+		{"empty own", &Skill{StepSkills: map[int]string{}}, &Skill{EpisodeSkill: "d"}, nil},
+	}
+	for _, tc := range tests {
+		got := Transplant(tc.own, tc.donor)
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// Donors never lends a trajectory a skill about its own task, draws from
+// every other task with a skill, and is deterministic per seed.
+func TestDonors(t *testing.T) {
+	task := []string{"a", "a", "b", "b", "c", "c"}
+	has := []bool{true, true, true, false, true, true}
+	hits := map[int]int{}
+	for seed := uint64(0); seed < 50; seed++ {
+		d := Donors(task, has, seed)
+		if !reflect.DeepEqual(d, Donors(task, has, seed)) {
+			t.Fatal("not deterministic")
+		}
+		for i, j := range d {
+			if j < 0 || task[j] == task[i] || !has[j] {
+				t.Fatalf("seed %d: trajectory %d (task %s) got donor %d", seed, i, task[i], j)
+			}
+			hits[j]++
+		}
+	}
+	if hits[3] != 0 || hits[0] == 0 || hits[2] == 0 || hits[5] == 0 {
+		t.Errorf("donor counts %v: want every skilled trajectory drawn, never 3", hits)
+	}
+	if d := Donors([]string{"a", "a", "b"}, []bool{true, true, false}, 1); d[0] != -1 || d[1] != -1 || d[2] < 0 {
+		t.Errorf("one task with skills: %v, want -1 -1 and a donor for the other task", d)
+	}
+}
+
+// A transplanted skill goes to the same places: BuildTeacher distils the
+// same tokens, and only the words differ.
+func TestTransplantDistilsTheSameTokens(t *testing.T) {
+	p := tinyPolicy(t)
+	b, _ := envadapters.Lookup(household.Name)
+	tasks, _ := b.Tasks(envadapters.Train, 2)
+	for _, mode := range []string{rollout.ModeChat, rollout.ModeWindow} {
+		cfg := rollout.DefaultConfig()
+		cfg.Mode, cfg.GroupSize, cfg.EnvOptions = mode, 2, envadapters.Options{"max_steps": "5"}
+		run, _ := rollout.NewRunner(cfg, household.Name, b, p, zerolog.Nop())
+		trajs, err := run.Run(context.Background(), tasks, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		donor := &Skill{EpisodeSkill: "Check the shelves near the door first, every time.", StepSkills: map[int]string{7: "Never open the microwave when the task is about a mug."}}
+		for _, tr := range trajs {
+			own := &Skill{EpisodeSkill: "Open every closed cabinet before moving on.", StepSkills: map[int]string{0: "Go to the countertop first here.", len(tr.Steps) - 1: "Put the object down right away."}}
+			tc, err := BuildTeacher(tr, own, EpisodeStep, run.Template(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			base, err := BuildTeacher(tr, Transplant(own, donor), EpisodeStep, run.Template(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tc.Pairs) != len(base.Pairs) {
+				t.Fatalf("%s %s: %d pairs, baseline %d", mode, tr.ID, len(tc.Pairs), len(base.Pairs))
+			}
+			for i := range tc.Pairs {
+				a, b := tc.Pairs[i], base.Pairs[i]
+				if len(a.Spans) != len(b.Spans) {
+					t.Fatalf("%s %s pair %d: spans differ", mode, tr.ID, i)
+				}
+				for j := range a.Spans {
+					x, y := a.Spans[j], b.Spans[j]
+					if x.Step != y.Step || x.PlainStart != y.PlainStart || x.Len != y.Len || x.Distill != y.Distill {
+						t.Fatalf("%s %s pair %d: span %+v, baseline %+v", mode, tr.ID, i, x, y)
+					}
+				}
+				text, _ := p.Tok.Decode(b.Teacher, tokenizer.DecodeOptions{})
+				if strings.Contains(text, own.EpisodeSkill) || !strings.Contains(text, donor.EpisodeSkill) {
+					t.Fatalf("%s %s pair %d: the baseline carries the own skill's words, or not the donor's", mode, tr.ID, i)
+				}
+			}
+		}
+	}
+}

@@ -162,3 +162,57 @@ func Shuffle(sks []*Skill, seed uint64) []*Skill {
 	}
 	return out
 }
+
+// Transplant is the contrastive gap's baseline skill: own's shape (an
+// episode skill where own has one, step skills at own's steps) carrying
+// donor's words, so BuildTeacher puts text in the same places, marks the
+// same tokens distilled, and the two teachers differ only in what the
+// text says. Step texts are donor's in step order, cycled (its episode
+// skill when it has no step skills); the episode text is donor's episode
+// skill (its first step skill when it has none). nil when either is
+// empty.
+func Transplant(own, donor *Skill) *Skill {
+	if own.Empty() || donor.Empty() {
+		return nil
+	}
+	var texts []string
+	for _, k := range sortedSteps(donor.StepSkills) {
+		texts = append(texts, donor.StepSkills[k])
+	}
+	if len(texts) == 0 {
+		texts = []string{donor.EpisodeSkill}
+	}
+	out := &Skill{EpisodeSummary: donor.EpisodeSummary, StepSkills: map[int]string{}}
+	if own.EpisodeSkill != "" {
+		out.EpisodeSkill = donor.EpisodeSkill
+		if out.EpisodeSkill == "" {
+			out.EpisodeSkill = texts[0]
+		}
+	}
+	for i, k := range sortedSteps(own.StepSkills) {
+		out.StepSkills[k] = texts[i%len(texts)]
+	}
+	return out
+}
+
+// Donors picks, for each of n trajectories, a seeded uniform choice among
+// the others whose task differs and whose has is true; -1 where there is
+// none. task[i] names trajectory i's task.
+func Donors(task []string, has []bool, seed uint64) []int {
+	r := rand.New(rand.NewPCG(seed, 101))
+	out := make([]int, len(task))
+	var cand []int
+	for i := range task {
+		cand = cand[:0]
+		for j := range task {
+			if has[j] && task[j] != task[i] {
+				cand = append(cand, j)
+			}
+		}
+		out[i] = -1
+		if len(cand) > 0 {
+			out[i] = cand[r.IntN(len(cand))]
+		}
+	}
+	return out
+}

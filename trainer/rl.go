@@ -37,6 +37,12 @@ type RLSequence struct {
 	// distillation for this row.
 	TeacherLogP []float32
 	Distill     []bool
+	// BaselineLogP, when set, is the log-prob with another task's skill
+	// in context (the contrastive gap, ours): the teacher's shift is then
+	// Δ = ℓᵀ − ℓᴮ rather than ℓᵀ − ℓθ, which cancels what inserting any
+	// skill text does to the log-probs and keeps what this skill says.
+	// Read only at distilled positions.
+	BaselineLogP []float32
 }
 
 // RLConfig weighs the loss L = L_GRPO + λ·L_OPD + c_KL·KL (docs/algorithm.md).
@@ -239,7 +245,9 @@ func (s *RLSequence) advantage(k int) float64 {
 // −r·A when the unclipped term is the active one, else 0. With dual-clip
 // (c = ClipRatioC) and A < 0 the term is min(that, −c·A), as verl's
 // compute_policy_loss: past the cap it is constant, derivative 0. OPD:
-// g·(ℓᵀ−ℓθ) with g = σ(β·(ℓᵀ−ℓθ)) held constant, derivative −g. KL (k3):
+// g·(ℓᵀ−ℓθ) with g = σ(β·(ℓᵀ−ℓθ)) held constant, derivative −g (with a
+// baseline, Δ = ℓᵀ−ℓᴮ and the term g·(Δ − (ℓθ−ℓold)), same derivative;
+// signed: −Δ̃·(ℓθ−ℓold), derivative −Δ̃). KL (k3):
 // e^ρ−ρ−1 with ρ = ℓref−ℓθ, derivative 1−e^ρ; above KLClamp it is
 // KLClamp, derivative 0 (verl's clamp).
 func termsAt(lp float64, s *RLSequence, k int, cfg RLConfig) tokenTerms {
@@ -261,6 +269,9 @@ func termsAt(lp float64, s *RLSequence, k int, cfg RLConfig) tokenTerms {
 	}
 	if s.Distill != nil && s.Distill[k] {
 		t.delta = float64(s.TeacherLogP[k]) - lp
+		if s.BaselineLogP != nil {
+			t.delta = float64(s.TeacherLogP[k] - s.BaselineLogP[k])
+		}
 		t.gate = 1 / (1 + math.Exp(-cfg.Beta*t.delta))
 		if cfg.DistillForm == DistillSigned {
 			// The teacher's shift as a per-token reward: −Δ̃·(ℓθ − ℓold)
@@ -276,6 +287,11 @@ func termsAt(lp float64, s *RLSequence, k int, cfg RLConfig) tokenTerms {
 			t.dOPD = -dc
 		} else {
 			t.opd = t.gate * t.delta
+			if s.BaselineLogP != nil {
+				// Δ no longer holds ℓθ: −g·(ℓθ − ℓold) keeps the
+				// derivative −g, and the value is g·Δ on-policy.
+				t.opd -= t.gate * (lp - float64(s.OldLogP[k]))
+			}
 			t.dOPD = -t.gate
 		}
 	}
@@ -305,6 +321,9 @@ func (s *RLSequence) check(vocab int) error {
 	}
 	if (s.Distill == nil) != (s.TeacherLogP == nil) || (s.Distill != nil && (len(s.Distill) != n || len(s.TeacherLogP) != n)) {
 		return fmt.Errorf("rl sequence %q: distill marks and teacher log-probs must both be absent or both have %d entries", s.ID, n)
+	}
+	if s.BaselineLogP != nil && (s.Distill == nil || len(s.BaselineLogP) != n) {
+		return fmt.Errorf("rl sequence %q: %d baseline log-probs need distill marks and %d entries", s.ID, len(s.BaselineLogP), n)
 	}
 	if math.IsNaN(s.Advantage) || math.IsInf(s.Advantage, 0) {
 		return fmt.Errorf("rl sequence %q: advantage %v: %w", s.ID, s.Advantage, ErrNonFinite)

@@ -17,7 +17,7 @@ func TestTermsAtHandComputed(t *testing.T) {
 	tests := []struct {
 		name                     string
 		lp, old, adv             float64
-		teacher, ref             *float64
+		teacher, ref, baseline   *float64
 		grpo, dGRPO              float64
 		clipped, dual            bool
 		opd, dOPD, gate, kl, dKL float64
@@ -37,6 +37,14 @@ func TestTermsAtHandComputed(t *testing.T) {
 			opd: sigmoid(2.5) * 0.5, dOPD: -sigmoid(2.5), gate: sigmoid(2.5)},
 		{name: "teacher rejects (Δ=-2), A=0", lp: -1, old: -1, adv: 0, teacher: ptr(-3),
 			opd: sigmoid(-10) * -2, dOPD: -sigmoid(-10), gate: sigmoid(-10)},
+		// The contrastive gap: Δ = ℓᵀ − ℓᴮ whatever ℓθ is. Every skill
+		// lowers ℓᵀ (−2.5 here) but the other task's skill lowers it
+		// more (−3): the gap endorses. Off-policy (ℓθ = ℓold + 0.2) the
+		// value moves by −g·0.2 and the derivative stays −g.
+		{name: "contrastive: ℓᵀ=-2.5, ℓᴮ=-3 (Δ=0.5)", lp: -1, old: -1, adv: 0, teacher: ptr(-2.5), baseline: ptr(-3),
+			opd: sigmoid(2.5) * 0.5, dOPD: -sigmoid(2.5), gate: sigmoid(2.5)},
+		{name: "contrastive off-policy: Δ=-1", lp: -0.8, old: -1, adv: 0, teacher: ptr(-4), baseline: ptr(-3),
+			opd: sigmoid(-5)*-1 - sigmoid(-5)*0.2, dOPD: -sigmoid(-5), gate: sigmoid(-5)},
 		{name: "k3 KL, ρ=-0.2", lp: -1, old: -1, adv: 0, ref: ptr(-1.2),
 			kl: math.Exp(-0.2) + 0.2 - 1, dKL: 1 - math.Exp(-0.2)},
 		// verl's low_var_kl clamps k3 to [−10, 10]: at ρ = 3 k3 = e³−4 =
@@ -50,6 +58,9 @@ func TestTermsAtHandComputed(t *testing.T) {
 			s := &RLSequence{IDs: []int{0, 0}, Train: []bool{false, true}, Advantage: tc.adv, OldLogP: []float32{0, float32(tc.old)}}
 			if tc.teacher != nil {
 				s.TeacherLogP, s.Distill = []float32{0, float32(*tc.teacher)}, []bool{false, true}
+			}
+			if tc.baseline != nil {
+				s.BaselineLogP = []float32{0, float32(*tc.baseline)}
 			}
 			if tc.ref != nil {
 				s.RefLogP = []float32{0, float32(*tc.ref)}
@@ -446,6 +457,10 @@ func TestRLStepRejectsBadRows(t *testing.T) {
 			s.Distill, s.TeacherLogP = []bool{false, true, true}, []float32{0, 0, 0}
 		}},
 		{"NaN advantage", func(s *RLSequence) { s.Advantage = math.NaN() }},
+		{"baseline without distill marks", func(s *RLSequence) { s.BaselineLogP = []float32{0, 0, 0} }},
+		{"short baseline", func(s *RLSequence) {
+			s.Distill, s.TeacherLogP, s.BaselineLogP = []bool{false, true, true}, []float32{0, 0, 0}, []float32{0, 0}
+		}},
 	}
 	for _, tc := range tests {
 		s := good()

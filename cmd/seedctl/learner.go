@@ -98,7 +98,7 @@ func (l *gotchLearner) Step(ctx context.Context, rows []orchestrator.Row, lr flo
 	l.opt.SetLR(lr)
 	batch := make([]trainer.RLSequence, len(rows))
 	for i, r := range rows {
-		batch[i] = trainer.RLSequence{ID: r.ID, IDs: r.IDs, Train: r.Train, Advantage: r.Advantage, Advantages: r.Advantages, OldLogP: r.OldLogP, RefLogP: r.RefLogP, TeacherLogP: r.TeacherLogP, Distill: r.Distill}
+		batch[i] = trainer.RLSequence{ID: r.ID, IDs: r.IDs, Train: r.Train, Advantage: r.Advantage, Advantages: r.Advantages, OldLogP: r.OldLogP, RefLogP: r.RefLogP, TeacherLogP: r.TeacherLogP, Distill: r.Distill, BaselineLogP: r.BaselineLogP}
 	}
 	var st trainer.RLStats
 	var err error

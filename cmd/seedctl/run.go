@@ -148,6 +148,7 @@ func runCommand() *cli.Command {
 			&cli.Float64Flag{Name: "lr", Usage: "stage-2 learning rate"},
 			&cli.Float64Flag{Name: "lambda", Usage: "λ, the weight of the gated distillation loss (paper: 0.01)"},
 			&cli.Float64Flag{Name: "beta", Usage: "β of the gate σ(β·Δ) (paper: 5)"},
+			&cli.StringFlag{Name: "distill-baseline", Usage: "what the teacher's log-prob is compared with: the policy's own (default, the paper's) or shuffled (ours: another task's skill in the same places, the contrastive gap)"},
 			&cli.StringFlag{Name: "distill-form", Usage: "the distillation term: gated_nll (the paper's, default) or signed (ours: the teacher's clipped shift as a per-token reward, pushing rejected tokens down)"},
 			&cli.IntFlag{Name: "term-grads-every", Usage: "split the update's gradient by loss term (GRPO, distillation, KL, entropy: norms, shares, cosines in metrics.jsonl) every this many optimizer steps; one extra backward pass per term on those steps (0: off)"},
 			&cli.IntFlag{Name: "max-steps", Usage: "episode step limit (training and eval)"},
@@ -278,6 +279,9 @@ func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) error {
 	}
 	if v := c.String("distill-form"); v != "" {
 		cfg.RL.DistillForm = v
+	}
+	if v := c.String("distill-baseline"); v != "" {
+		cfg.RL.DistillBaseline = v
 	}
 	if c.IsSet("term-grads-every") {
 		cfg.RL.TermGradsEvery = c.Int("term-grads-every")
