@@ -3,6 +3,7 @@ package envadapters
 import (
 	"fmt"
 	"hash/fnv"
+	"strings"
 )
 
 // Episode is what an oracle reads of a finished episode: the text the
@@ -69,4 +70,27 @@ type Prompting struct {
 // rollout's generic tagged-action template.
 type Prompter interface {
 	Prompting() Prompting
+}
+
+// SeenItems parses an ALFWorld-style listing, "… you see a x 1, a y 2,
+// and a z 3." (or "nothing"); ok is false when the text lists nothing.
+func SeenItems(obs string) ([]string, bool) {
+	_, rest, ok := strings.Cut(obs, "you see ")
+	if !ok {
+		return nil, false
+	}
+	list, _, _ := strings.Cut(rest, ".")
+	if strings.TrimSpace(list) == "nothing" {
+		return nil, true
+	}
+	var out []string
+	for _, item := range strings.Split(list, ",") {
+		item = strings.TrimSpace(item)
+		item = strings.TrimPrefix(item, "and ")
+		item = strings.TrimPrefix(strings.TrimPrefix(item, "a "), "an ")
+		if item != "" {
+			out = append(out, item)
+		}
+	}
+	return out, true
 }

@@ -310,7 +310,7 @@ func placesKey(seed int64, t *Trajectory) string {
 // PlacesIn lists the places an ALFWorld-style first observation names
 // ("… you see a cabinet 1, a drawer 2, and a sinkbasin 1."), in order.
 func PlacesIn(firstObs string) []string {
-	places, _ := seenItems(firstObs)
+	places, _ := envadapters.SeenItems(firstObs)
 	return places
 }
 
@@ -739,8 +739,12 @@ func compactWindowText(tmpl Template, firstObs string, past []Step, window int, 
 			b.WriteString(places + "\n")
 		}
 	}
-	if tmpl.Notes {
-		b.WriteString(TakeNotes(task, past).Lines())
+	if tmpl.Notes != nil {
+		steps := make([]envadapters.EpisodeStep, len(past))
+		for i, s := range past {
+			steps[i] = envadapters.EpisodeStep{Action: s.Action, Observation: s.Observation, Valid: s.Valid}
+		}
+		b.WriteString(tmpl.Notes(task, steps))
 	}
 	n := len(past)
 	for k := max(0, n-window); k < n; k++ {

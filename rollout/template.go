@@ -79,12 +79,13 @@ type Template struct {
 	// repeated as the last step's. The decision-relevant state stays in
 	// fixed places, and the turn is about half as long.
 	CompactWindow bool
-	// Notes adds, to compact window turns, what the agent holds and where
-	// it saw the objects its task names (TakeNotes: read off the
-	// trajectory text), which a short window forgets. Off for household:
-	// measured with recipe v8, it raised plain success but took away the
-	// gain from hints (docs/experiments.md, "Tiny base policies").
-	Notes bool
+	// Notes, when set, adds lines to compact window turns after the places
+	// line: what an environment's notes read off the task line and the
+	// past steps' text (household.NoteLines: what the agent holds and where
+	// it saw the objects its task names, which a short window forgets).
+	// nil for every built-in (household's notes are measured off:
+	// docs/experiments.md, "Tiny base policies").
+	Notes func(task string, past []envadapters.EpisodeStep) string
 	// Extract reads the action from the model's text; ok is false when the
 	// output has no usable action (an invalid step, never a crash).
 	Extract func(text string, admissible []string) (action string, ok bool)

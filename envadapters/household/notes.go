@@ -1,7 +1,9 @@
-package rollout
+package household
 
 import (
 	"strings"
+
+	"github.com/seedctl/seedctl/envadapters"
 )
 
 // Notes is what a searcher would jot down about a household episode, read
@@ -9,7 +11,10 @@ import (
 // environment state): what the agent holds, what it did to it, and where it
 // last saw the objects its task names. A short window of recent steps
 // loses both after a few steps; a pick-two task or a long walk back to a
-// place seen earlier needs them.
+// place seen earlier needs them. NoteLines puts them in a compact window
+// turn (rollout.Template.Notes); off by default: measured with recipe v8,
+// they raised plain success but took away the gain from hints
+// (docs/experiments.md, "Tiny base policies").
 type Notes struct {
 	Holding string            // "" when empty-handed
 	Treated map[string]string // object → "heated", "cooled", "cleaned"
@@ -25,7 +30,7 @@ var treatedBy = map[string]string{"heat": "heated", "cool": "cooled", "clean": "
 type SeenAt struct{ Object, Place string }
 
 // TakeNotes reads the notes off a task line and the past steps.
-func TakeNotes(task string, past []Step) Notes {
+func TakeNotes(task string, past []envadapters.EpisodeStep) Notes {
 	words := map[string]bool{}
 	for _, w := range strings.FieldsFunc(strings.ToLower(task), func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9')
@@ -51,7 +56,7 @@ func TakeNotes(task string, past []Step) Notes {
 		place[obj] = at
 	}
 	for _, s := range past {
-		obs := oneLine(s.Observation)
+		obs := strings.Join(strings.Fields(s.Observation), " ")
 		switch {
 		case strings.HasPrefix(obs, "You pick up the "):
 			obj, _, ok := strings.Cut(strings.TrimPrefix(obs, "You pick up the "), " from the ")
@@ -77,7 +82,7 @@ func TakeNotes(task string, past []Step) Notes {
 			}
 		}
 		at := placeOf(s.Action, obs)
-		items, ok := seenItems(obs)
+		items, ok := envadapters.SeenItems(obs)
 		if at == "" || !ok {
 			continue
 		}
@@ -117,28 +122,6 @@ func placeOf(action, obs string) string {
 	return ""
 }
 
-// seenItems parses "… you see a x 1, a y 2, and a z 3." (or "nothing").
-func seenItems(obs string) ([]string, bool) {
-	_, rest, ok := strings.Cut(obs, "you see ")
-	if !ok {
-		return nil, false
-	}
-	list, _, _ := strings.Cut(rest, ".")
-	if strings.TrimSpace(list) == "nothing" {
-		return nil, true
-	}
-	var out []string
-	for _, item := range strings.Split(list, ",") {
-		item = strings.TrimSpace(item)
-		item = strings.TrimPrefix(item, "and ")
-		item = strings.TrimPrefix(strings.TrimPrefix(item, "a "), "an ")
-		if item != "" {
-			out = append(out, item)
-		}
-	}
-	return out, true
-}
-
 // Lines renders the notes as two prompt lines:
 //
 //	Holding: apple 1 (cooled).
@@ -169,4 +152,9 @@ func (n Notes) Lines() string {
 	}
 	b.WriteString(".\n")
 	return b.String()
+}
+
+// NoteLines is the notes' prompt lines for rollout.Template.Notes.
+func NoteLines(task string, past []envadapters.EpisodeStep) string {
+	return TakeNotes(task, past).Lines()
 }
