@@ -20,6 +20,7 @@ import (
 	"github.com/seedctl/seedctl/envadapters"
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/internal/ckpthash"
+	"github.com/seedctl/seedctl/internal/procmem"
 	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/skills"
 )
@@ -1039,6 +1040,11 @@ func (r *run) iterate(ctx context.Context, k int) error {
 	vals["score"], vals["tokens_generated"], vals["episodes"] = met.MeanScore, float64(met.TokensGenerated), float64(met.Episodes)
 	vals["first_action_agreement"], vals["first_places"] = met.FirstActionAgreement, met.FirstPlaces
 	vals["iteration_s"] = time.Since(t0).Seconds()
+	// This process's resident set (the embedded server and the learner
+	// live in it unless they run elsewhere): now, and its peak so far.
+	if u, err := procmem.Read(); err == nil {
+		vals["rss_gb"], vals["rss_peak_gb"] = float64(u.Resident)/1e9, float64(u.Peak)/1e9
+	}
 	lines := []MetricsLine{{Kind: "iteration", Iteration: k, Time: time.Now(), Values: vals, PerFamily: met.SuccessByFamily}}
 	if err := appendMetrics(r.dir.metrics(), lines...); err != nil {
 		return err

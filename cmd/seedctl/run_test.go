@@ -110,6 +110,11 @@ func TestRunEndToEndTinyModel(t *testing.T) {
 					t.Errorf("iteration %d metrics lack %s", l.Iteration, key)
 				}
 			}
+			// The process holds the embedded server and the learner: a
+			// tiny model still takes some hundred MB, never above the peak.
+			if rss, peak := l.Values["rss_gb"], l.Values["rss_peak_gb"]; rss < 0.05 || peak < rss {
+				t.Errorf("iteration %d resident set %v GB, peak %v GB", l.Iteration, rss, peak)
+			}
 			if a := l.Values["first_action_agreement"]; a < 1.0/float64(cfg.Rollout.GroupSize) || a > 1 {
 				t.Errorf("iteration %d first-action agreement %v, want a share in [1/G, 1]", l.Iteration, a)
 			}
