@@ -64,8 +64,8 @@ check-nccl:
 fuzz DURATION="1m":
     go test ./inference/server -run '^$' -fuzz FuzzCompletionRequest -fuzztime {{DURATION}} -parallel 1
     go test ./envadapters/agentgym -run '^$' -fuzz FuzzServer -fuzztime {{DURATION}} -parallel 1
-    go test ./cmd/seedctl -run '^$' -fuzz FuzzRankHandshake -fuzztime {{DURATION}} -parallel 1
-    go test ./cmd/seedctl -run '^$' -fuzz FuzzRankCommands -fuzztime {{DURATION}} -parallel 1
+    go test ./learner -run '^$' -fuzz FuzzRankHandshake -fuzztime {{DURATION}} -parallel 1
+    go test ./learner -run '^$' -fuzz FuzzRankCommands -fuzztime {{DURATION}} -parallel 1
 
 # Mutation check of the update's and the statistics' key lines (scripts/mutants.py): each planted bug must fail its test
 mutants:

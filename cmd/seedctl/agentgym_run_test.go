@@ -17,6 +17,7 @@ import (
 
 	"github.com/seedctl/seedctl/envadapters/agentgym"
 	"github.com/seedctl/seedctl/inference/server/servertest"
+	"github.com/seedctl/seedctl/learner"
 	"github.com/seedctl/seedctl/orchestrator"
 	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/trainer"
@@ -70,7 +71,7 @@ func TestAgentGymRunStopsAtMaxStepsOnItsOwnSplits(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	deps := orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())}
+	deps := orchestrator.Deps{NewLearner: learner.Local("cpu"), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())}
 	res, err := orchestrator.Start(context.Background(), cfg, deps)
 	if err != nil {
 		t.Fatal(err)
@@ -189,13 +190,13 @@ func TestCommandsPlayAgentGymEnvs(t *testing.T) {
 // and a run folder whose state.json claims more iterations than its config
 // is refused on resume, not reported as trained.
 func TestDamagedRunsAreRefused(t *testing.T) {
-	l, err := newLearner("cpu")(orchestrator.LearnerSpec{Policy: filepath.Join(t.TempDir(), "missing")})
+	l, err := learner.Local("cpu")(orchestrator.LearnerSpec{Policy: filepath.Join(t.TempDir(), "missing")})
 	if err == nil || l != nil {
 		t.Fatalf("loading a missing policy: learner %v, err %v", l, err)
 	}
 	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
 	cfg.Iterations, cfg.Eval.Episodes = 1, 0
-	deps := orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())}
+	deps := orchestrator.Deps{NewLearner: learner.Local("cpu"), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())}
 	res, err := orchestrator.Start(context.Background(), cfg, deps)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/seedctl/seedctl/benchmarks"
+	"github.com/seedctl/seedctl/learner"
 	"github.com/seedctl/seedctl/orchestrator"
 )
 
@@ -98,7 +99,7 @@ func benchCommand() *cli.Command {
 				host, _ := os.Hostname()
 				out = filepath.Join("bench", "results", time.Now().Format("2006-01-02")+"-"+host)
 			}
-			deps := orchestrator.Deps{NewLearner: newLearner(c.String("device")), Log: log, Progress: c.App.ErrWriter,
+			deps := orchestrator.Deps{NewLearner: learner.Local(c.String("device")), Log: log, Progress: c.App.ErrWriter,
 				OpenBackend: openBackendFor(base.Backend, base.RL.DType, time.Duration(base.RetryFor), log)}
 			start := time.Now()
 			if _, err := benchmarks.Run(c.Context, spec, out, deps, c.App.ErrWriter, log); err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/inference/server/servertest"
+	"github.com/seedctl/seedctl/learner"
 	"github.com/seedctl/seedctl/orchestrator"
 	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/skills"
@@ -38,13 +39,13 @@ func TestMain(m *testing.M) {
 	os.Setenv("SEEDCTL_TEST_AS_MAIN", "1")
 	// The learner port's secret for the tests with ranks of "other hosts"
 	// (TestOtherHostsNeedTheSecret unsets it for itself).
-	os.Setenv(rankSecretEnv, "a test secret of the run and its ranks")
+	os.Setenv(learner.RankSecretEnv, "a test secret of the run and its ranks")
 	os.Exit(m.Run())
 }
 
 func tinyDeps() orchestrator.Deps {
 	cfg := orchestrator.Default()
-	return orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())}
+	return orchestrator.Deps{NewLearner: learner.Local("cpu"), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())}
 }
 
 // sameRecords compares what two runs wrote for iterations 1..n, leaving out
@@ -156,7 +157,7 @@ func TestResumeAfterKillMatchesUninterruptedRun(t *testing.T) {
 func resumeAfterKill(t *testing.T, nproc int, zero bool) {
 	deps := tinyDeps()
 	if nproc > 1 {
-		deps.NewLearner = localRanks(nproc, zero, defaultDistTimeout)
+		deps.NewLearner = localRanks(nproc, zero, learner.DefaultDistTimeout)
 	}
 	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
 	// Training is not bit-deterministic run to run (docs/architecture.md, known issues:

@@ -15,6 +15,7 @@ import (
 	"github.com/seedctl/seedctl/basemodel"
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/inference/server"
+	"github.com/seedctl/seedctl/learner"
 	"github.com/seedctl/seedctl/orchestrator"
 	"github.com/seedctl/seedctl/trainer"
 )
@@ -164,25 +165,25 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:29501", Usage: "with --world-size: where the other hosts' ranks dial in (HOST:PORT; loopback unless told, e.g. :29501 or 10.0.0.1:29501); they authenticate with the secret in $SEEDCTL_RANK_SECRET"},
 			&cli.StringFlag{Name: "master-addr", Usage: "with --world-size: this host's address as the other hosts reach it (c10d's rendezvous)"},
 			&cli.IntFlag{Name: "master-port", Usage: "c10d's rendezvous port on this host (default: a free port on one host, 29500 with --world-size)"},
-			&cli.DurationFlag{Name: "dist-timeout", Value: defaultDistTimeout, Usage: "bound on the rendezvous, waiting for other hosts' ranks, and every collective: a dead rank stops the run after it"},
+			&cli.DurationFlag{Name: "dist-timeout", Value: learner.DefaultDistTimeout, Usage: "bound on the rendezvous, waiting for other hosts' ranks, and every collective: a dead rank stops the run after it"},
 		},
 		Action: func(c *cli.Context) error {
 			log := logger(c)
-			dist := distOptions{device: c.String("device"), nproc: c.Int("nproc"), world: c.Int("world-size"), listen: c.String("listen"),
-				masterAddr: c.String("master-addr"), masterPort: c.Int("master-port"), zero: c.Bool("zero"), timeout: c.Duration("dist-timeout")}
-			if dist.world > dist.nproc && dist.masterPort == 0 {
-				dist.masterPort = 29500
+			dist := learner.DistOptions{Device: c.String("device"), NProc: c.Int("nproc"), World: c.Int("world-size"), Listen: c.String("listen"),
+				MasterAddr: c.String("master-addr"), MasterPort: c.Int("master-port"), Zero: c.Bool("zero"), Timeout: c.Duration("dist-timeout")}
+			if dist.World > dist.NProc && dist.MasterPort == 0 {
+				dist.MasterPort = 29500
 			}
-			ranks := dist.ranks()
-			if err := dist.validate(); err != nil {
+			ranks := dist.Ranks()
+			if err := dist.Validate(); err != nil {
 				return cli.Exit("run: "+err.Error(), 2)
 			}
-			if err := dist.checkBuild(trainer.DistAvailable); err != nil {
+			if err := dist.CheckBuild(trainer.DistAvailable); err != nil {
 				return cli.Exit("run: "+err.Error(), 2)
 			}
-			learners := newLearner(c.String("device"))
+			learners := learner.Local(c.String("device"))
 			if ranks > 1 {
-				learners = newDistLearner(dist, log)
+				learners = learner.Dist(dist, log)
 			}
 			warnForcedAVX2(log, c.String("device"))
 			deps := orchestrator.Deps{NewLearner: learners, Log: log, Progress: c.App.ErrWriter}

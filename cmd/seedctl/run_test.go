@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/seedctl/seedctl/benchmarks"
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/inference/server/servertest"
+	"github.com/seedctl/seedctl/learner"
 	"github.com/seedctl/seedctl/orchestrator"
 	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/trainer"
@@ -59,7 +61,7 @@ func TestRunEndToEndTinyModel(t *testing.T) {
 	open := openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())
 	probe := []int{5, 17, 3, 88, 41, 9}
 	var served [][]float64
-	deps := orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(),
+	deps := orchestrator.Deps{NewLearner: learner.Local("cpu"), Log: zerolog.Nop(),
 		OpenBackend: func(ctx context.Context, dir string) (inference.Backend, error) {
 			b, err := open(ctx, dir)
 			backend = b
@@ -201,7 +203,7 @@ func TestRunStopsOnStaleWeights(t *testing.T) {
 	t.Parallel() // an end-to-end run: mostly waiting on its processes and servers
 	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
 	open := openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())
-	deps := orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(),
+	deps := orchestrator.Deps{NewLearner: learner.Local("cpu"), Log: zerolog.Nop(),
 		OpenBackend: func(ctx context.Context, dir string) (inference.Backend, error) {
 			b, err := open(ctx, dir)
 			if err != nil {
@@ -221,7 +223,7 @@ func TestRunStopsOnStaleWeights(t *testing.T) {
 func TestRunBF16Trainer(t *testing.T) {
 	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
 	cfg.Iterations, cfg.RL.DType = 2, "bfloat16"
-	res, err := orchestrator.Start(context.Background(), cfg, orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(),
+	res, err := orchestrator.Start(context.Background(), cfg, orchestrator.Deps{NewLearner: learner.Local("cpu"), Log: zerolog.Nop(),
 		OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())})
 	if err != nil {
 		t.Fatal(err)
@@ -491,7 +493,7 @@ func TestRunStopsAtPlateau(t *testing.T) {
 	t.Parallel() // an end-to-end run: mostly waiting on its processes and servers
 	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
 	cfg.Iterations, cfg.Eval.Every, cfg.Eval.PlateauPatience = 3, 1, 1
-	res, err := orchestrator.Start(context.Background(), cfg, orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(),
+	res, err := orchestrator.Start(context.Background(), cfg, orchestrator.Deps{NewLearner: learner.Local("cpu"), Log: zerolog.Nop(),
 		OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())})
 	if err != nil {
 		t.Fatal(err)
@@ -504,7 +506,7 @@ func TestRunStopsAtPlateau(t *testing.T) {
 
 // localRanks is run --nproc n's learner factory (ranks on this host).
 func localRanks(n int, zero bool, timeout time.Duration) orchestrator.LearnerFactory {
-	return newDistLearner(distOptions{device: "cpu", nproc: n, zero: zero, timeout: timeout}, zerolog.Nop())
+	return learner.Dist(learner.DistOptions{Device: "cpu", NProc: n, Zero: zero, Timeout: timeout}, zerolog.Nop())
 }
 
 // run --nproc 2: rank 0 in this process, rank 1 a child process (this test
@@ -536,11 +538,11 @@ func TestRunDataParallelMatchesOneProcess(t *testing.T) {
 		}
 		return lines
 	}
-	one := run("one", newLearner("cpu"))
-	two := run("two", localRanks(2, false, defaultDistTimeout))
+	one := run("one", learner.Local("cpu"))
+	two := run("two", localRanks(2, false, learner.DefaultDistTimeout))
 	// The same with rank 1 on "another host": a learner-node process that
 	// dials the run's ranks port, as on a second machine.
-	port, err := freeLoopbackPort()
+	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,8 +555,8 @@ func TestRunDataParallelMatchesOneProcess(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	remote := run("remote", newDistLearner(distOptions{device: "cpu", nproc: 1, world: 2, listen: "127.0.0.1:0",
-		masterAddr: "127.0.0.1", masterPort: port, timeout: time.Minute, listening: listening}, zerolog.Nop()))
+	remote := run("remote", learner.Dist(learner.DistOptions{Device: "cpu", NProc: 1, World: 2, Listen: "127.0.0.1:0",
+		MasterAddr: "127.0.0.1", MasterPort: port, Timeout: time.Minute, Listening: listening}, zerolog.Nop()))
 	if node == nil {
 		t.Fatal("the run never listened for the other host's rank")
 	}
@@ -581,43 +583,6 @@ func TestRunDataParallelMatchesOneProcess(t *testing.T) {
 	}
 }
 
-// Ranks of other hosts that never dial in stop the run at --dist-timeout,
-// saying how many came; a rank whose host lacks the policy's path says so
-// before the rendezvous; the flags refuse a layout that cannot work.
-func TestOtherHostsRanksFailClearly(t *testing.T) {
-	if !trainer.DistAvailable(trainer.BackendGloo) {
-		t.Skip("this libtorch build has no Gloo process group")
-	}
-	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
-	spec := orchestrator.LearnerSpec{Policy: cfg.Model, Reference: cfg.Model, RL: cfg.RL, Temperature: 1}
-	start := time.Now()
-	_, err := newDistLearner(distOptions{device: "cpu", nproc: 1, world: 3, listen: "127.0.0.1:0", masterAddr: "127.0.0.1", masterPort: 29999, timeout: 2 * time.Second}, zerolog.Nop())(spec)
-	if err == nil || !strings.Contains(err.Error(), "0 of 2 dialled in within 2s (--dist-timeout)") {
-		t.Errorf("no other host's rank came: %v", err)
-	}
-	if d := time.Since(start); d > 20*time.Second {
-		t.Errorf("gave up after %v", d)
-	}
-	var out bytes.Buffer
-	in := `{"op":"load","spec":{"policy":"/nowhere/policy"},"dist":{"addr":"127.0.0.1","port":29999,"rank":1,"world":2,"timeout_s":5}}` + "\n"
-	if err := serveLearnerRank(context.Background(), "cpu", strings.NewReader(in), &out); err == nil || !strings.Contains(out.String(), "same path on every host") {
-		t.Errorf("a rank without the policy's path: %v, answered %s", err, out.String())
-	}
-	for _, c := range []struct {
-		o    distOptions
-		want string
-	}{
-		{distOptions{nproc: 2, world: 1, timeout: time.Second}, "below --nproc"},
-		{distOptions{nproc: 1, world: 2, listen: ":0", timeout: time.Second}, "--master-addr"},
-		{distOptions{nproc: 1, world: 2, masterAddr: "h", timeout: time.Second}, "--listen"},
-		{distOptions{nproc: 2, timeout: 0}, "--dist-timeout"},
-	} {
-		if err := c.o.validate(); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%+v: %v, want it to name %s", c.o, err, c.want)
-		}
-	}
-}
-
 // A learner rank killed mid-run stops the run with an error naming the
 // rank, within the collectives' timeout: no hang. The state stays at the
 // last finished iteration (resume continues from there; kill -9 tests).
@@ -630,7 +595,7 @@ func TestRunStopsWhenARankDies(t *testing.T) {
 	started := func(_ int, p *os.Process) { worker = p }
 	cfg := tinyRunConfig(t, orchestrator.AlgoGRPO)
 	cfg.Name, cfg.Iterations = "killed", 2
-	deps := orchestrator.Deps{NewLearner: newDistLearner(distOptions{device: "cpu", nproc: 2, timeout: 15 * time.Second, started: started}, zerolog.Nop()), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop()),
+	deps := orchestrator.Deps{NewLearner: learner.Dist(learner.DistOptions{Device: "cpu", NProc: 2, Timeout: 15 * time.Second, Started: started}, zerolog.Nop()), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop()),
 		AfterPhase: func(k int, phase string) {
 			if k == 2 && phase == "rescore" && worker != nil {
 				worker.Kill() // before iteration 2's update
@@ -664,12 +629,12 @@ func TestDistLearnerRescoresLikeOneLearner(t *testing.T) {
 	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
 	cfg.RL.KLCoef = 0.01
 	spec := orchestrator.LearnerSpec{Policy: cfg.Model, Reference: cfg.Model, RL: cfg.RL, Temperature: 1}
-	one, err := newLearner("cpu")(spec)
+	one, err := learner.Local("cpu")(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer one.Close()
-	three, err := localRanks(3, false, defaultDistTimeout)(spec)
+	three, err := localRanks(3, false, learner.DefaultDistTimeout)(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -700,59 +665,6 @@ func TestDistLearnerRescoresLikeOneLearner(t *testing.T) {
 					t.Errorf("reference %v, sequence %d token %d: one learner %v, three ranks %v", ref, i, k, a[i][k], b[i][k])
 				}
 			}
-		}
-	}
-}
-
-// GPU ranks: each of a host's ranks takes its own GPU, every rank uses
-// the run's backend, and a build without NCCL says what it lacks.
-func TestGPURanksDevicesAndBackend(t *testing.T) {
-	for _, c := range []struct {
-		device       string
-		local, hosts int
-		want, err    string
-	}{
-		{"cpu", 3, 4, "cpu", ""},
-		{"cuda", 0, 4, "cuda:0", ""},
-		{"cuda", 3, 4, "cuda:3", ""},
-		{"cuda:2", 0, 1, "cuda:2", ""},
-		{"cuda:2", 0, 2, "", "names one GPU but 2 ranks"},
-	} {
-		got, err := rankDevice(c.device, c.local, c.hosts)
-		if got != c.want || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
-			t.Errorf("rankDevice(%q, %d, %d) = %q, %v; want %q, %q", c.device, c.local, c.hosts, got, err, c.want, c.err)
-		}
-	}
-	d := rankDist{Addr: "127.0.0.1", Port: 29500, Rank: 1, World: 2, TimeoutS: 5, Backend: trainer.BackendNCCL}
-	cfg, err := d.config("cuda:3")
-	if err != nil || cfg.Backend != trainer.BackendNCCL || cfg.Device != 3 {
-		t.Errorf("an NCCL rank on cuda:3: %+v, %v", cfg, err)
-	}
-	if _, err := d.config("cpu"); err == nil || !strings.Contains(err.Error(), "use nccl but this rank's device is cpu") {
-		t.Errorf("a CPU rank in an NCCL run: %v", err)
-	}
-	d.Backend = "" // a run before backends: Gloo
-	if cfg, err := d.config("cpu"); err != nil || cfg.Backend != trainer.BackendGloo {
-		t.Errorf("a CPU rank: %+v, %v", cfg, err)
-	}
-	none := func(string) bool { return false }
-	all := func(string) bool { return true }
-	for _, c := range []struct {
-		o         distOptions
-		available func(string) bool
-		err       string
-	}{
-		{distOptions{device: "cuda", nproc: 2}, none, "no NCCL process group"},
-		{distOptions{device: "cpu", nproc: 2}, none, "no Gloo process group"},
-		{distOptions{device: "cuda", nproc: 1}, none, ""},
-		{distOptions{device: "cuda", nproc: 4, world: 8}, all, ""},
-		{distOptions{device: "cuda:1", nproc: 2}, all, "names one GPU"},
-		{distOptions{device: "cuda:1", nproc: 1, world: 2}, all, ""},
-		{distOptions{device: "cpu", nproc: 1, zero: true}, all, "--zero"},
-	} {
-		err := c.o.checkBuild(c.available)
-		if (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
-			t.Errorf("%+v: %v, want %q", c.o, err, c.err)
 		}
 	}
 }
@@ -815,7 +727,7 @@ func TestRunReleasesTheServerToTrain(t *testing.T) {
 	cfg.Iterations = 2
 	log := &callLog{}
 	open := openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())
-	learners := newLearner("cpu")
+	learners := learner.Local("cpu")
 	deps := orchestrator.Deps{Log: zerolog.Nop(),
 		NewLearner: func(spec orchestrator.LearnerSpec) (orchestrator.Learner, error) {
 			l, err := learners(spec)
@@ -857,4 +769,14 @@ func TestRunReleasesTheServerToTrain(t *testing.T) {
 	if releases != 3 || trainings < 3 {
 		t.Errorf("%d releases and %d training calls, want 3 and at least 3: %v", releases, trainings, log.calls)
 	}
+}
+
+// freePort is a free loopback port (the rendezvous of a test's ranks).
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/inference/server"
+	"github.com/seedctl/seedctl/learner"
 	"github.com/seedctl/seedctl/orchestrator"
 )
 
@@ -165,7 +166,7 @@ func BenchmarkVLLMRunPhases(b *testing.B) {
 		if os.Getenv("VLLM_CPU_KVCACHE_SPACE") == "" {
 			os.Setenv("VLLM_CPU_KVCACHE_SPACE", "1")
 		}
-		deps := orchestrator.Deps{NewLearner: newLearner("cpu"), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())}
+		deps := orchestrator.Deps{NewLearner: learner.Local("cpu"), Log: zerolog.Nop(), OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())}
 		start := time.Now()
 		res, err := orchestrator.Start(context.Background(), cfg, deps)
 		if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/inference/server/servertest"
 	"github.com/seedctl/seedctl/inference/vllmfake"
+	"github.com/seedctl/seedctl/learner"
 	"github.com/seedctl/seedctl/orchestrator"
 	"github.com/seedctl/seedctl/trainer"
 )
@@ -115,7 +116,7 @@ func TestRealVLLMRunWithLaunch(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
-	deps := orchestrator.Deps{NewLearner: newLearner("cpu"), Log: log, OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, log)}
+	deps := orchestrator.Deps{NewLearner: learner.Local("cpu"), Log: log, OpenBackend: openBackendFor(cfg.Backend, cfg.RL.DType, 0, log)}
 	start := time.Now()
 	res, err := orchestrator.Start(context.Background(), cfg, deps)
 	if err != nil {

@@ -48,6 +48,8 @@ var Rules = []Rule{
 		Comment: "the embedded server reaches the model through trainer, never gotch"},
 	{Dir: "tokenizer", MayUse: []string{"internal"}},
 	{Dir: "benchmarks", MayUse: []string{"orchestrator", "internal"}},
+	{Dir: "learner", MayUse: []string{"orchestrator", "trainer", "internal"},
+		Comment: "the orchestrator's Learner over the trainer: one process, or ranks over c10d"},
 	{Dir: "basemodel", MayUse: []string{"envadapters", "rollout", "skills", "tokenizer", "trainer", "inference", "internal"},
 		Comment: "builds the tiny base policies: expert corpus (envadapters, rollout prompts, oracle skills), BPE (tokenizer), pre-training (trainer)"},
 	{Dir: "internal", MayUse: nil, Comment: "small shared types and test helpers"},

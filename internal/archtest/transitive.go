@@ -14,7 +14,7 @@ import (
 // of the module must not reach gotch or the trainer through any chain of
 // imports (tests aside), so it builds with CGO_ENABLED=0 and can be listed
 // and vetted without the prepared libtorch.
-var Heavy = []string{"trainer", "inference/server", "basemodel", "cmd", "third_party"}
+var Heavy = []string{"trainer", "learner", "inference/server", "basemodel", "cmd", "third_party"}
 
 // heavyTargets are the imports a light package must not reach.
 func heavyTarget(module, imp string) bool {

@@ -1,4 +1,4 @@
-package main
+package learner
 
 import (
 	"bufio"
@@ -18,7 +18,7 @@ import (
 // The learner port (seedctl run --world-size W above --nproc, --listen)
 // admits only ranks that prove they know a secret shared by every host,
 // and ranks obey only a run that proves the same. The secret is read from
-// rankSecretEnv on each host, never from a flag or a config (which end up
+// RankSecretEnv on each host, never from a flag or a config (which end up
 // in shell histories, process lists and logs), and never travels: each
 // side answers the other's random challenge with an HMAC-SHA256 of it.
 //
@@ -32,7 +32,7 @@ import (
 // integrity-protected: the port, like c10d's own rendezvous (MASTER_PORT,
 // which PyTorch leaves unauthenticated too), belongs on a network of your
 // own hosts.
-const rankSecretEnv = "SEEDCTL_RANK_SECRET"
+const RankSecretEnv = "SEEDCTL_RANK_SECRET"
 
 const (
 	handshakeMaxBytes = 4096
@@ -45,11 +45,11 @@ const (
 // handshakeTimeout bounds the whole handshake (a variable for tests).
 var handshakeTimeout = 10 * time.Second
 
-// rankSecret reads the shared secret.
-func rankSecret() ([]byte, error) {
-	s := os.Getenv(rankSecretEnv)
+// RankSecret reads the shared secret.
+func RankSecret() ([]byte, error) {
+	s := os.Getenv(RankSecretEnv)
 	if len(s) < minSecretLen {
-		return nil, fmt.Errorf("ranks on other hosts authenticate with a shared secret: set %s to the same value (at least %d characters, e.g. from `openssl rand -hex 32`) in the environment of the run and of every learner-node", rankSecretEnv, minSecretLen)
+		return nil, fmt.Errorf("ranks on other hosts authenticate with a shared secret: set %s to the same value (at least %d characters, e.g. from `openssl rand -hex 32`) in the environment of the run and of every learner-node", RankSecretEnv, minSecretLen)
 	}
 	return []byte(s), nil
 }
@@ -142,7 +142,7 @@ func admitRank(conn net.Conn, secret []byte) (rankHello, *bufio.Reader, error) {
 		return h, nil, fmt.Errorf("%w: %v", errNotARank, err)
 	}
 	if !proofOK(secret, "rank", c1, h.Proof) {
-		return h, nil, fmt.Errorf("%w: wrong proof of %s (a different secret?)", errNotARank, rankSecretEnv)
+		return h, nil, fmt.Errorf("%w: wrong proof of %s (a different secret?)", errNotARank, RankSecretEnv)
 	}
 	if h.Host == "" || len(h.Challenge) < 32 {
 		return h, nil, fmt.Errorf("%w: no host name or challenge in its hello", errNotARank)
@@ -153,9 +153,9 @@ func admitRank(conn net.Conn, secret []byte) (rankHello, *bufio.Reader, error) {
 	return h, br, nil
 }
 
-// joinRun runs a dialling rank's side of the handshake; the reader it
+// JoinRun runs a dialling rank's side of the handshake; the reader it
 // returns holds the run's commands that follow.
-func joinRun(conn net.Conn, secret []byte, host string, pid int) (*bufio.Reader, error) {
+func JoinRun(conn net.Conn, secret []byte, host string, pid int) (*bufio.Reader, error) {
 	conn.SetDeadline(time.Now().Add(handshakeTimeout))
 	defer conn.SetDeadline(time.Time{})
 	br := bufio.NewReaderSize(conn, 1<<20)
@@ -175,10 +175,10 @@ func joinRun(conn net.Conn, secret []byte, host string, pid int) (*bufio.Reader,
 	}
 	var p proofLine
 	if err := readHandshakeLine(br, &p); err != nil {
-		return nil, fmt.Errorf("the run refused this rank (a different %s?) or did not prove itself: %w", rankSecretEnv, err)
+		return nil, fmt.Errorf("the run refused this rank (a different %s?) or did not prove itself: %w", RankSecretEnv, err)
 	}
 	if !proofOK(secret, "run", c2, p.Proof) {
-		return nil, fmt.Errorf("the peer at this address did not prove it knows %s: not taking its commands", rankSecretEnv)
+		return nil, fmt.Errorf("the peer at this address did not prove it knows %s: not taking its commands", RankSecretEnv)
 	}
 	return br, nil
 }

@@ -1,4 +1,4 @@
-package main
+package learner
 
 import (
 	"bufio"
@@ -11,35 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
-	"github.com/urfave/cli/v2"
 
 	"github.com/seedctl/seedctl/orchestrator"
 	"github.com/seedctl/seedctl/trainer"
 )
-
-// run --nproc N: the orchestrator stays one process; its learner is rank 0
-// of a data-parallel group over c10d (trainer.ProcessGroup), and ranks
-// 1..N-1 are child processes (`seedctl learner-rank`) that load the same
-// policy and take the same commands over their stdin (one JSON object a
-// line) and answer on their stdout. Each RL step sends every rank the
-// rows; each trains on its share (row i to rank i mod N), the gradients
-// are summed across the group and all ranks step alike. Stage-1 SFT runs
-// the same way. Rescoring is spread over the ranks (every rank holds the
-// same weights); checkpoints are rank 0's, with each rank's optimizer
-// shard beside them under --zero.
-//
-// Several hosts: --world-size W above --nproc N leaves W-N ranks to other
-// hosts, where `seedctl learner-node --connect HOST:PORT --nproc K` starts
-// K ranks that dial this run's control port (--listen) and speak the same
-// protocol over TCP. The run assigns their ranks in the order they
-// connect and tells each in its "load" where the c10d rendezvous is
-// (--master-addr, --master-port). The model and the run folder must be at
-// the same path on every host (a shared filesystem), as under torchrun.
 
 // rankRequest is one command to a worker rank.
 type rankRequest struct {
@@ -84,11 +63,11 @@ func (d rankDist) config(device string) (trainer.DistConfig, error) {
 	return c, c.Validate()
 }
 
-// rankDevice is the device of the local-th of a host's ranks: with
+// RankDevice is the device of the local-th of a host's ranks: with
 // --device cuda each takes its own GPU, cuda:local (torchrun's LOCAL_RANK
 // convention); CPU ranks share the CPU. An explicit cuda:N names one GPU,
 // so it serves one rank per host.
-func rankDevice(device string, local, perHost int) (string, error) {
+func RankDevice(device string, local, perHost int) (string, error) {
 	switch {
 	case device == "cuda":
 		return fmt.Sprintf("cuda:%d", local), nil
@@ -106,78 +85,81 @@ type rankReply struct {
 	LogP    [][]float32 `json:"logp,omitempty"` // "rescore", "rescore_ref"
 }
 
-// defaultDistTimeout bounds the rendezvous and every collective unless
+// DefaultDistTimeout bounds the rendezvous and every collective unless
 // --dist-timeout says otherwise: a rank that died makes the others fail
 // after it rather than hang.
-const defaultDistTimeout = 5 * time.Minute
+const DefaultDistTimeout = 5 * time.Minute
 
-// distOptions is run's data-parallel layout.
-type distOptions struct {
-	device string
-	nproc  int // ranks on this host, rank 0 (this process) included
-	// world is every rank; the world-nproc beyond this host dial in at
-	// listen (seedctl learner-node on the other hosts).
-	world  int
-	listen string
-	// masterAddr and masterPort are c10d's rendezvous (rank 0's TCPStore):
+// DistOptions is run's data-parallel layout.
+type DistOptions struct {
+	Device string
+	NProc  int // ranks on this host, rank 0 (this process) included
+	// World is every rank; the World-NProc beyond this host dial in at
+	// Listen (seedctl learner-node on the other hosts).
+	World  int
+	Listen string
+	// MasterAddr and MasterPort are c10d's rendezvous (rank 0's TCPStore):
 	// this host as the other hosts reach it. One host: loopback and a
 	// free port.
-	masterAddr string
-	masterPort int
-	zero       bool
-	timeout    time.Duration
-	// Test hooks (nil in seedctl): started is told of each local worker
-	// rank's process, listening of the address the other hosts' ranks
-	// dial.
-	started   func(rank int, p *os.Process)
-	listening func(addr string)
+	MasterAddr string
+	MasterPort int
+	Zero       bool
+	Timeout    time.Duration
+	// Self is the seedctl executable this host's worker ranks run as
+	// "Self learner-rank --device D" ("": this process's executable).
+	Self string
+	// Hooks (nil in seedctl): Started is told of each local worker rank's
+	// process, Listening of the address the other hosts' ranks dial.
+	Started   func(rank int, p *os.Process)
+	Listening func(addr string)
 }
 
-func (o distOptions) validate() error {
+// Validate refuses a layout that cannot work, naming the flag.
+func (o DistOptions) Validate() error {
 	switch {
-	case o.nproc < 1:
-		return fmt.Errorf("--nproc %d: want 1 or more learner ranks", o.nproc)
-	case o.world != 0 && o.world < o.nproc:
-		return fmt.Errorf("--world-size %d is below --nproc %d (the world counts this host's ranks too)", o.world, o.nproc)
-	case o.world > o.nproc && o.masterAddr == "":
-		return fmt.Errorf("--world-size %d with --nproc %d: ranks on other hosts need --master-addr, this host's address as they reach it", o.world, o.nproc)
-	case o.world > o.nproc && o.listen == "":
-		return fmt.Errorf("--world-size %d: give --listen HOST:PORT for the other hosts' ranks to dial", o.world)
-	case o.timeout <= 0:
-		return fmt.Errorf("--dist-timeout %v must be positive", o.timeout)
-	case o.masterPort < 0 || o.masterPort > 65535:
-		return fmt.Errorf("--master-port %d must be in 1..65535 (0: a free port, one host only)", o.masterPort)
+	case o.NProc < 1:
+		return fmt.Errorf("--nproc %d: want 1 or more learner ranks", o.NProc)
+	case o.World != 0 && o.World < o.NProc:
+		return fmt.Errorf("--world-size %d is below --nproc %d (the world counts this host's ranks too)", o.World, o.NProc)
+	case o.World > o.NProc && o.MasterAddr == "":
+		return fmt.Errorf("--world-size %d with --nproc %d: ranks on other hosts need --master-addr, this host's address as they reach it", o.World, o.NProc)
+	case o.World > o.NProc && o.Listen == "":
+		return fmt.Errorf("--world-size %d: give --listen HOST:PORT for the other hosts' ranks to dial", o.World)
+	case o.Timeout <= 0:
+		return fmt.Errorf("--dist-timeout %v must be positive", o.Timeout)
+	case o.MasterPort < 0 || o.MasterPort > 65535:
+		return fmt.Errorf("--master-port %d must be in 1..65535 (0: a free port, one host only)", o.MasterPort)
 	}
-	if o.world > o.nproc {
-		if _, err := rankSecret(); err != nil {
-			return fmt.Errorf("--world-size %d: %w", o.world, err)
+	if o.World > o.NProc {
+		if _, err := RankSecret(); err != nil {
+			return fmt.Errorf("--world-size %d: %w", o.World, err)
 		}
 	}
 	return nil
 }
 
-// checkBuild refuses what this build cannot do with these ranks: ZeRO
+// CheckBuild refuses what this build cannot do with these ranks: ZeRO
 // without ranks to shard over, and a process group whose backend (Gloo for
 // CPU ranks, NCCL for CUDA ones) the build lacks; available is
 // trainer.DistAvailable.
-func (o distOptions) checkBuild(available func(backend string) bool) error {
-	ranks, backend := o.ranks(), trainer.BackendFor(o.device)
+func (o DistOptions) CheckBuild(available func(backend string) bool) error {
+	ranks, backend := o.Ranks(), trainer.BackendFor(o.Device)
 	switch {
-	case o.zero && ranks < 2:
+	case o.Zero && ranks < 2:
 		return errors.New("--zero shards the optimizer across learner ranks: give --nproc 2 or more")
 	case ranks < 2:
 		return nil
 	case backend == trainer.BackendGloo && !available(backend):
 		return fmt.Errorf("%d learner ranks: this libtorch build has no Gloo process group (Debian's libtorch with libgloo-dev has: ./setup.sh)", ranks)
 	case !available(backend):
-		return fmt.Errorf("%d learner ranks with --device %s: this build has no NCCL process group (it needs a CUDA libtorch 2.x and, when seedctl is built, NCCL's and CUDA's headers: docs/gpu.md, \"Data parallelism over c10d\")", ranks, o.device)
+		return fmt.Errorf("%d learner ranks with --device %s: this build has no NCCL process group (it needs a CUDA libtorch 2.x and, when seedctl is built, NCCL's and CUDA's headers: docs/gpu.md, \"Data parallelism over c10d\")", ranks, o.Device)
 	}
-	_, err := rankDevice(o.device, 0, o.nproc)
+	_, err := RankDevice(o.Device, 0, o.NProc)
 	return err
 }
 
-// ranks is every rank of the group.
-func (o distOptions) ranks() int { return max(o.world, o.nproc) }
+// Ranks is every rank of the group.
+func (o DistOptions) Ranks() int { return max(o.World, o.NProc) }
 
 // rankProc is a running worker rank: a child process on this host or a
 // connection from a rank on another.
@@ -237,59 +219,61 @@ type distLearner struct {
 	zero    bool
 }
 
-// newDistLearner starts o.nproc learner ranks on this host (CPU, Gloo)
-// and waits for the o.world-o.nproc of the other hosts to dial in; o.zero
+// Dist starts o.NProc learner ranks on this host (CPU, Gloo)
+// and waits for the o.World-o.NProc of the other hosts to dial in; o.Zero
 // shards the optimizer across them (ZeRO-1: each rank keeps 1/N of the
 // moments and saves its shard beside rank 0's checkpoint).
-func newDistLearner(o distOptions, log zerolog.Logger) orchestrator.LearnerFactory {
+func Dist(o DistOptions, log zerolog.Logger) orchestrator.LearnerFactory {
 	return func(spec orchestrator.LearnerSpec) (orchestrator.Learner, error) {
-		if err := o.validate(); err != nil {
+		if err := o.Validate(); err != nil {
 			return nil, err
 		}
-		world := o.ranks()
-		addr, port := o.masterAddr, o.masterPort
+		world := o.Ranks()
+		addr, port := o.MasterAddr, o.MasterPort
 		if addr == "" {
 			addr = "127.0.0.1"
 		}
 		if port == 0 {
-			if world > o.nproc {
+			if world > o.NProc {
 				return nil, fmt.Errorf("--world-size %d: give --master-port (a free port here that the other hosts reach)", world)
 			}
 			p, err := freeLoopbackPort()
 			if err != nil {
-				return nil, fmt.Errorf("--nproc %d: a port for the rendezvous: %w", o.nproc, err)
+				return nil, fmt.Errorf("--nproc %d: a port for the rendezvous: %w", o.NProc, err)
 			}
 			port = p
 		}
-		backend := trainer.BackendFor(o.device)
-		dev0, err := rankDevice(o.device, 0, o.nproc)
+		backend := trainer.BackendFor(o.Device)
+		dev0, err := RankDevice(o.Device, 0, o.NProc)
 		if err != nil {
 			return nil, err
 		}
-		d := &distLearner{zero: o.zero}
+		d := &distLearner{zero: o.Zero}
 		fail := func(err error) (orchestrator.Learner, error) {
 			d.stopWorkers()
 			return nil, err
 		}
 		// The other hosts' ranks first: they may be waiting already, and
 		// the rendezvous needs every rank.
-		if world > o.nproc {
-			remote, err := acceptRanks(o, world-o.nproc, log)
+		if world > o.NProc {
+			remote, err := acceptRanks(o, world-o.NProc, log)
 			if err != nil {
 				return fail(err)
 			}
 			d.workers = append(d.workers, remote...)
 		}
-		self, err := os.Executable()
-		if err != nil {
-			return fail(err)
+		self := o.Self
+		if self == "" {
+			if self, err = os.Executable(); err != nil {
+				return fail(err)
+			}
 		}
-		for r := 1; r < o.nproc; r++ {
-			dev, err := rankDevice(o.device, r, o.nproc)
+		for r := 1; r < o.NProc; r++ {
+			dev, err := RankDevice(o.Device, r, o.NProc)
 			if err != nil {
 				return fail(err)
 			}
-			p, err := startLocalRank(self, dev, r, o.started)
+			p, err := startLocalRank(self, dev, r, o.Started)
 			if err != nil {
 				return fail(err)
 			}
@@ -297,8 +281,8 @@ func newDistLearner(o distOptions, log zerolog.Logger) orchestrator.LearnerFacto
 		}
 		slices.SortFunc(d.workers, func(a, b *rankProc) int { return a.rank - b.rank }) // rescoring gathers in rank order
 		for _, p := range d.workers {
-			dist := &rankDist{Addr: addr, Port: port, Rank: p.rank, World: world, TimeoutS: o.timeout.Seconds(), Backend: backend}
-			if err := p.send(rankRequest{Op: "load", Spec: &spec, Zero: o.zero, Dist: dist}); err != nil {
+			dist := &rankDist{Addr: addr, Port: port, Rank: p.rank, World: world, TimeoutS: o.Timeout.Seconds(), Backend: backend}
+			if err := p.send(rankRequest{Op: "load", Spec: &spec, Zero: o.Zero, Dist: dist}); err != nil {
 				return fail(err)
 			}
 		}
@@ -310,15 +294,15 @@ func newDistLearner(o distOptions, log zerolog.Logger) orchestrator.LearnerFacto
 				return fail(fmt.Errorf("%s before the rendezvous: %v%s", p.name(), err, r.Error))
 			}
 		}
-		cfg, err := rankDist{Addr: addr, Port: port, Rank: 0, World: world, TimeoutS: o.timeout.Seconds(), Backend: backend}.config(dev0)
+		cfg, err := rankDist{Addr: addr, Port: port, Rank: 0, World: world, TimeoutS: o.Timeout.Seconds(), Backend: backend}.config(dev0)
 		if err != nil {
 			return fail(err)
 		}
 		g, err := trainer.NewProcessGroup(cfg)
 		if err != nil {
-			return fail(fmt.Errorf("--nproc %d, world %d: %w", o.nproc, world, err))
+			return fail(fmt.Errorf("--nproc %d, world %d: %w", o.NProc, world, err))
 		}
-		l, err := loadLearner(dev0, spec, g, o.zero)
+		l, err := loadLearner(dev0, spec, g, o.Zero)
 		if err != nil {
 			g.Close()
 			return fail(err)
@@ -378,23 +362,23 @@ func startLocalRank(self, device string, r int, started func(int, *os.Process)) 
 	}}, nil
 }
 
-// acceptRanks listens at o.listen until n ranks of other hosts have dialled
-// in (each says hello with its host), numbering them o.nproc, o.nproc+1, …
-// in the order they arrive; it gives up after o.timeout, saying how many
+// acceptRanks listens at o.Listen until n ranks of other hosts have dialled
+// in (each says hello with its host), numbering them o.NProc, o.NProc+1, …
+// in the order they arrive; it gives up after o.Timeout, saying how many
 // came.
-func acceptRanks(o distOptions, n int, log zerolog.Logger) ([]*rankProc, error) {
-	secret, err := rankSecret()
+func acceptRanks(o DistOptions, n int, log zerolog.Logger) ([]*rankProc, error) {
+	secret, err := RankSecret()
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", o.listen)
+	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("--listen %s for the other hosts' ranks: %w", o.listen, err)
+		return nil, fmt.Errorf("--listen %s for the other hosts' ranks: %w", o.Listen, err)
 	}
 	defer ln.Close()
-	log.Info().Str("listen", ln.Addr().String()).Int("ranks", n).Msgf("waiting for %d learner ranks of other hosts: seedctl learner-node --connect %s --nproc K there, with %s set as here", n, ln.Addr(), rankSecretEnv)
-	if o.listening != nil {
-		o.listening(ln.Addr().String())
+	log.Info().Str("listen", ln.Addr().String()).Int("ranks", n).Msgf("waiting for %d learner ranks of other hosts: seedctl learner-node --connect %s --nproc K there, with %s set as here", n, ln.Addr(), RankSecretEnv)
+	if o.Listening != nil {
+		o.Listening(ln.Addr().String())
 	}
 	type admitted struct {
 		conn  net.Conn
@@ -436,21 +420,21 @@ func acceptRanks(o distOptions, n int, log zerolog.Logger) ([]*rankProc, error) 
 			}()
 		}
 	}()
-	timer := time.NewTimer(o.timeout)
+	timer := time.NewTimer(o.Timeout)
 	defer timer.Stop()
 	var out []*rankProc
 	for len(out) < n {
 		select {
 		case a := <-ranks:
 			conn := a.conn
-			p := &rankProc{rank: o.nproc + len(out), host: fmt.Sprintf("%s pid %d", a.hello.Host, a.hello.PID), in: conn, out: lineScanner(a.in), stop: func() { conn.Close() }}
+			p := &rankProc{rank: o.NProc + len(out), host: fmt.Sprintf("%s pid %d", a.hello.Host, a.hello.PID), in: conn, out: lineScanner(a.in), stop: func() { conn.Close() }}
 			out = append(out, p)
 			log.Info().Int("rank", p.rank).Str("host", a.hello.Host).Int("pid", a.hello.PID).Str("from", conn.RemoteAddr().String()).Msgf("learner rank %d dialled in and authenticated (%d of %d)", p.rank, len(out), n)
 		case <-timer.C:
 			for _, p := range out {
 				p.stop()
 			}
-			return nil, fmt.Errorf("waiting for the other hosts' learner ranks at %s: %d of %d dialled in within %v (--dist-timeout)", ln.Addr(), len(out), n, o.timeout)
+			return nil, fmt.Errorf("waiting for the other hosts' learner ranks at %s: %d of %d dialled in within %v (--dist-timeout)", ln.Addr(), len(out), n, o.Timeout)
 		}
 	}
 	return out, nil
@@ -584,43 +568,8 @@ func freeLoopbackPort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// learnerRankCommand is a worker rank of run --nproc (not for users: the
-// run starts it and talks to it on stdin and stdout; with --connect it
-// dials a run on another host, as learner-node starts it).
-func learnerRankCommand() *cli.Command {
-	return &cli.Command{
-		Name:   "learner-rank",
-		Usage:  "one learner rank of seedctl run --nproc N (started by the run; commands on stdin, or over TCP with --connect)",
-		Hidden: true,
-		Flags: []cli.Flag{&cli.StringFlag{Name: "device", Value: "cpu", Usage: "trainer device"},
-			&cli.StringFlag{Name: "connect", Usage: "dial the run's --listen address (HOST:PORT) and take commands there"},
-			&cli.DurationFlag{Name: "connect-timeout", Value: defaultDistTimeout, Usage: "keep dialling this long (the run may start later)"}},
-		Action: func(c *cli.Context) error {
-			addr := c.String("connect")
-			if addr == "" {
-				return serveLearnerRank(c.Context, c.String("device"), os.Stdin, os.Stdout)
-			}
-			secret, err := rankSecret()
-			if err != nil {
-				return cli.Exit("learner-rank: "+err.Error(), 2)
-			}
-			conn, err := dialRun(c.Context, addr, c.Duration("connect-timeout"))
-			if err != nil {
-				return cli.Exit("learner-rank: "+err.Error(), 1)
-			}
-			defer conn.Close()
-			host, _ := os.Hostname()
-			in, err := joinRun(conn, secret, host, os.Getpid())
-			if err != nil {
-				return cli.Exit(fmt.Sprintf("learner-rank: %s: %v", addr, err), 1)
-			}
-			return serveLearnerRank(c.Context, c.String("device"), in, conn)
-		},
-	}
-}
-
-// dialRun dials a run's ranks port, retrying every second for up to wait.
-func dialRun(ctx context.Context, addr string, wait time.Duration) (net.Conn, error) {
+// DialRun dials a run's ranks port, retrying every second for up to wait.
+func DialRun(ctx context.Context, addr string, wait time.Duration) (net.Conn, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		conn, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", addr)
@@ -634,67 +583,14 @@ func dialRun(ctx context.Context, addr string, wait time.Duration) (net.Conn, er
 	}
 }
 
-// learnerNodeCommand starts K learner ranks on this host for a run on
-// another (torchrun's role on the other nodes): each dials the run, which
-// numbers them; it ends when they all have, failing if one failed.
-func learnerNodeCommand() *cli.Command {
-	return &cli.Command{
-		Name:        "learner-node",
-		Usage:       "start learner ranks on this host for a seedctl run --world-size W on another host (they dial its --listen address)",
-		Description: "SEEDCTL_RANK_SECRET must hold the same secret on both hosts.\n\nExample:\n   seedctl learner-node --connect hostA:29501 --nproc 4   # on hostB, while hostA runs: seedctl run --nproc 4 --world-size 8 --master-addr hostA --master-port 29500 --listen hostA:29501",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "connect", Required: true, Usage: "the run's --listen address as this host reaches it (HOST:PORT)"},
-			&cli.IntFlag{Name: "nproc", Value: 1, Usage: "learner ranks to start here"},
-			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "trainer device"},
-			&cli.DurationFlag{Name: "connect-timeout", Value: defaultDistTimeout, Usage: "how long each rank keeps dialling"},
-		},
-		Action: func(c *cli.Context) error {
-			n := c.Int("nproc")
-			if n < 1 {
-				return cli.Exit(fmt.Sprintf("learner-node: --nproc %d: want 1 or more ranks", n), 2)
-			}
-			if _, _, err := net.SplitHostPort(c.String("connect")); err != nil {
-				return cli.Exit(fmt.Sprintf("learner-node: --connect %q: want HOST:PORT, the run's --listen address (%v)", c.String("connect"), err), 2)
-			}
-			if _, err := rankSecret(); err != nil {
-				return cli.Exit("learner-node: "+err.Error(), 2)
-			}
-			self, err := os.Executable()
-			if err != nil {
-				return err
-			}
-			cmds := make([]*exec.Cmd, n)
-			for i := range cmds {
-				dev, err := rankDevice(c.String("device"), i, n)
-				if err != nil {
-					return cli.Exit("learner-node: "+err.Error(), 2)
-				}
-				cmds[i] = exec.CommandContext(c.Context, self, "learner-rank", "--device", dev,
-					"--connect", c.String("connect"), "--connect-timeout", c.Duration("connect-timeout").String())
-				cmds[i].Stdout, cmds[i].Stderr = os.Stderr, os.Stderr
-				if err := cmds[i].Start(); err != nil {
-					return cli.Exit(fmt.Sprintf("learner-node: starting rank process %d of %d: %v", i+1, n, err), 1)
-				}
-			}
-			var errs []error
-			for i, cmd := range cmds {
-				if err := cmd.Wait(); err != nil {
-					errs = append(errs, fmt.Errorf("rank process %d of %d: %w", i+1, n, err))
-				}
-			}
-			if err := errors.Join(errs...); err != nil {
-				return cli.Exit("learner-node: "+err.Error(), 1)
-			}
-			return nil
-		},
-	}
-}
-
-func serveLearnerRank(ctx context.Context, device string, stdin io.Reader, stdout io.Writer) error {
+// ServeRank is one worker rank (seedctl learner-rank): it takes the run's
+// commands, one JSON object a line, from in and answers each on out, until
+// "close" or the end of in.
+func ServeRank(ctx context.Context, device string, stdin io.Reader, stdout io.Writer) error {
 	// torchrun's variables when set; a "load" carrying the group wins.
 	cfg, fromEnv, err := trainer.DistConfigFromEnv()
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("learner-rank: torchrun's variables (WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT): %v", err), 2)
+		return fmt.Errorf("learner-rank: torchrun's variables (WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT): %w", err)
 	}
 	if fromEnv {
 		// torchrun's LOCAL_RANK picks this rank's GPU, as in PyTorch.

@@ -1,4 +1,4 @@
-package main
+package learner
 
 import (
 	"bufio"
@@ -15,13 +15,13 @@ import (
 // Both sides prove the secret; a different secret fails on both.
 func TestRankHandshake(t *testing.T) {
 	secret := []byte("the secret shared by the hosts")
-	run := func(rankSecret []byte) (hello rankHello, runErr, rankErr error) {
+	run := func(RankSecret []byte) (hello rankHello, runErr, rankErr error) {
 		a, b := net.Pipe()
 		defer a.Close()
 		defer b.Close()
 		done := make(chan error, 1)
 		go func() {
-			_, err := joinRun(b, rankSecret, "hostB", 42)
+			_, err := JoinRun(b, RankSecret, "hostB", 42)
 			if err != nil {
 				b.Close()
 			}
@@ -55,15 +55,15 @@ func TestRankRefusesAnUnprovenRun(t *testing.T) {
 		writeLine(a, proofLine{"00"})                       // a wrong proof
 		writeLine(a, map[string]any{"op": "step", "lr": 1}) // then a command
 	}()
-	if _, err := joinRun(b, []byte("the secret shared by the hosts"), "h", 1); err == nil || !strings.Contains(err.Error(), "did not prove") {
-		t.Errorf("joinRun: %v", err)
+	if _, err := JoinRun(b, []byte("the secret shared by the hosts"), "h", 1); err == nil || !strings.Contains(err.Error(), "did not prove") {
+		t.Errorf("JoinRun: %v", err)
 	}
 }
 
 // Silent peers, a huge line and idle connections do not keep the real
 // rank out: it is admitted at once, and the others are dropped.
 func TestAcceptRanksIgnoresHostilePeers(t *testing.T) {
-	t.Setenv(rankSecretEnv, "the secret shared by the hosts")
+	t.Setenv(RankSecretEnv, "the secret shared by the hosts")
 	old := handshakeTimeout
 	handshakeTimeout = 2 * time.Second
 	defer func() { handshakeTimeout = old }()
@@ -74,7 +74,7 @@ func TestAcceptRanksIgnoresHostilePeers(t *testing.T) {
 	}
 	res := make(chan result, 1)
 	go func() {
-		ps, err := acceptRanks(distOptions{nproc: 1, world: 2, listen: "127.0.0.1:0", timeout: time.Minute, listening: func(a string) { addr <- a }}, 1, zerolog.Nop())
+		ps, err := acceptRanks(DistOptions{NProc: 1, World: 2, Listen: "127.0.0.1:0", Timeout: time.Minute, Listening: func(a string) { addr <- a }}, 1, zerolog.Nop())
 		res <- result{ps, err}
 	}()
 	at := <-addr
@@ -100,7 +100,7 @@ func TestAcceptRanksIgnoresHostilePeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := joinRun(c, []byte("the secret shared by the hosts"), "hostB", 7); err != nil {
+	if _, err := JoinRun(c, []byte("the secret shared by the hosts"), "hostB", 7); err != nil {
 		t.Fatalf("the real rank: %v", err)
 	}
 	r := <-res
@@ -124,16 +124,16 @@ func TestAcceptRanksIgnoresHostilePeers(t *testing.T) {
 
 // Without the secret the layout is refused before anything listens.
 func TestOtherHostsNeedTheSecret(t *testing.T) {
-	t.Setenv(rankSecretEnv, "")
-	err := distOptions{nproc: 1, world: 2, listen: "127.0.0.1:0", masterAddr: "h", timeout: time.Second}.validate()
-	if err == nil || !strings.Contains(err.Error(), rankSecretEnv) {
+	t.Setenv(RankSecretEnv, "")
+	err := DistOptions{NProc: 1, World: 2, Listen: "127.0.0.1:0", MasterAddr: "h", Timeout: time.Second}.Validate()
+	if err == nil || !strings.Contains(err.Error(), RankSecretEnv) {
 		t.Errorf("validate without the secret: %v", err)
 	}
-	t.Setenv(rankSecretEnv, "short")
-	if err := (distOptions{nproc: 1, world: 2, listen: "127.0.0.1:0", masterAddr: "h", timeout: time.Second}).validate(); err == nil {
+	t.Setenv(RankSecretEnv, "short")
+	if err := (DistOptions{NProc: 1, World: 2, Listen: "127.0.0.1:0", MasterAddr: "h", Timeout: time.Second}).Validate(); err == nil {
 		t.Error("a 5-character secret was accepted")
 	}
-	if err := (distOptions{nproc: 2, timeout: time.Second}).validate(); err != nil {
+	if err := (DistOptions{NProc: 2, Timeout: time.Second}).Validate(); err != nil {
 		t.Errorf("one host needs no secret: %v", err)
 	}
 }
@@ -150,8 +150,8 @@ func TestRankCommandsOutOfOrder(t *testing.T) {
 		`{"op":"save","dir":"/tmp/x"}`,
 		`{"op":"close"}`,
 	}, "\n") + "\n"
-	if err := serveLearnerRank(context.Background(), "cpu", strings.NewReader(in), &out); err != nil {
-		t.Fatalf("serveLearnerRank: %v", err)
+	if err := ServeRank(context.Background(), "cpu", strings.NewReader(in), &out); err != nil {
+		t.Fatalf("ServeRank: %v", err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 5 {

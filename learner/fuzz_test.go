@@ -1,4 +1,4 @@
-package main
+package learner
 
 import (
 	"bufio"
@@ -60,7 +60,7 @@ func FuzzRankCommands(f *testing.F) {
 			return
 		}
 		var out strings.Builder
-		_ = serveLearnerRank(context.Background(), "cpu", strings.NewReader(lines), &out)
+		_ = ServeRank(context.Background(), "cpu", strings.NewReader(lines), &out)
 		for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 			if l == "" {
 				continue

@@ -1,4 +1,4 @@
-package main
+package learner
 
 import (
 	"context"
@@ -26,7 +26,7 @@ type gotchLearner struct {
 	g *trainer.ProcessGroup
 }
 
-func newLearner(device string) orchestrator.LearnerFactory {
+func Local(device string) orchestrator.LearnerFactory {
 	return func(spec orchestrator.LearnerSpec) (orchestrator.Learner, error) {
 		l, err := loadLearner(device, spec, nil, false)
 		if err != nil {
