@@ -198,6 +198,13 @@ type RLStats struct {
 	// alike (a skill of another episode does that too) shows no gap.
 	DecisionShiftPosAdv *float64 `json:"decision_mean_shift_pos_adv,omitempty"`
 	DecisionShiftNegAdv *float64 `json:"decision_mean_shift_neg_adv,omitempty"`
+	// With a contrastive baseline (RLSequence.BaselineLogP) Δ = ℓᵀ − ℓᴮ;
+	// these are the two shifts it is the difference of, on the decision
+	// tokens: this skill's, ℓᵀ − ℓθ, and another task's skill's in the
+	// same places, ℓᴮ − ℓθ (what inserting any skill text does). Absent
+	// without a baseline.
+	DecisionTeacherShift  *float64 `json:"decision_teacher_shift,omitempty"`
+	DecisionBaselineShift *float64 `json:"decision_baseline_shift,omitempty"`
 	// ClipFrac is the share of trained tokens whose clipped term is active;
 	// DualClipFrac the share capped by dual-clip (A < 0, r > c).
 	ClipFrac     float64 `json:"clip_frac"`
@@ -505,6 +512,7 @@ func (m *Model) rlStep(opt *Optimizer, g *ProcessGroup, batch []RLSequence, cfg 
 	}
 	st.DecisionGate, st.DecisionShift, st.DecisionPositive = acc.decision.means()
 	st.DecisionShiftPosAdv, st.DecisionShiftNegAdv = acc.posAdv.meanShift(), acc.negAdv.meanShift()
+	st.DecisionTeacherShift, st.DecisionBaselineShift = acc.decTeacher.meanShift(), acc.decBaseline.meanShift()
 	if nKL > 0 {
 		st.KL /= float64(nKL)
 	}
@@ -676,7 +684,7 @@ func (s shiftSums) meanShift() *float64 {
 // reduce sums the step's per-token statistics over the group (the ratio
 // deviation takes the maximum), before they are turned into means.
 func (st *RLStats) reduce(g *ProcessGroup, acc *rlSums) error {
-	shifts := []*shiftSums{&acc.distilled, &acc.decision, &acc.posAdv, &acc.negAdv}
+	shifts := []*shiftSums{&acc.distilled, &acc.decision, &acc.posAdv, &acc.negAdv, &acc.decTeacher, &acc.decBaseline}
 	v := []float64{st.GRPOLoss, st.OPDLoss, st.KL, acc.ent, float64(acc.clip), float64(acc.dualClip), float64(st.MicroBatches)}
 	for _, s := range shifts {
 		v = append(v, float64(s.n), float64(s.pos), s.gate, s.delta)
@@ -715,6 +723,8 @@ type rlSums struct {
 	// The teacher's shift on every distilled token, on the decision
 	// tokens, and on the decision tokens of rows with A > 0 and A < 0.
 	distilled, decision, posAdv, negAdv shiftSums
+	// ℓᵀ − ℓθ and ℓᴮ − ℓθ on the decision tokens of rows with a baseline.
+	decTeacher, decBaseline shiftSums
 }
 
 func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain, nDistill, nKL int, st *RLStats, acc *rlSums) error {
@@ -775,6 +785,10 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 			acc.gateBins[gateBin(t.gate)]++
 			if l < acc.decisionLogP {
 				acc.decision.add(t.gate, t.delta)
+				if s.BaselineLogP != nil {
+					acc.decTeacher.add(0, float64(s.TeacherLogP[pos])-l)
+					acc.decBaseline.add(0, float64(s.BaselineLogP[pos])-l)
+				}
 				switch a := s.advantage(pos); {
 				case a > 0:
 					acc.posAdv.add(t.gate, t.delta)

@@ -310,6 +310,33 @@ func TestRLStepDecisionShiftByAdvantage(t *testing.T) {
 	if math.Abs(*st.DecisionShiftPosAdv-0.5) > 1e-4 || math.Abs(*st.DecisionShiftNegAdv+0.3) > 1e-4 {
 		t.Errorf("decision Δ with A>0 %v (want 0.5), with A<0 %v (want −0.3)", *st.DecisionShiftPosAdv, *st.DecisionShiftNegAdv)
 	}
+	if st.DecisionTeacherShift != nil || st.DecisionBaselineShift != nil {
+		t.Errorf("no baseline, yet raw shifts %v %v", st.DecisionTeacherShift, st.DecisionBaselineShift)
+	}
+	// A contrastive baseline 0.8 below the old log-probs: Δ = ℓᵀ − ℓᴮ is
+	// the teacher's shift + 0.8, and the two raw shifts are reported.
+	contrast := withTeacher(rlBatch(t, m, []float64{1, -1, 0}), -0.2)
+	for i := range contrast {
+		contrast[i].BaselineLogP = make([]float32, len(contrast[i].IDs))
+		for k, d := range contrast[i].Distill {
+			if d {
+				contrast[i].BaselineLogP[k] = contrast[i].OldLogP[k] - 0.8
+			}
+		}
+	}
+	if st, err = m.RLStep(opt, contrast, DefaultRLConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if st.DecisionTeacherShift == nil || st.DecisionBaselineShift == nil {
+		t.Fatalf("raw shifts missing: %+v", st)
+	}
+	// ℓθ moved from ℓold by the previous step: compare differences.
+	if got := st.DecisionShift; math.Abs(got-0.6) > 1e-4 {
+		t.Errorf("contrastive decision Δ %v, want ℓᵀ − ℓᴮ = 0.6", got)
+	}
+	if d := *st.DecisionTeacherShift - *st.DecisionBaselineShift; math.Abs(d-0.6) > 1e-4 {
+		t.Errorf("raw shifts %v and %v differ by %v, want 0.6", *st.DecisionTeacherShift, *st.DecisionBaselineShift, d)
+	}
 	flat := withTeacher(rlBatch(t, m, []float64{0, 0, 0}), 1)
 	if st, err = m.RLStep(opt, flat, DefaultRLConfig()); err != nil {
 		t.Fatal(err)
