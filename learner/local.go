@@ -83,11 +83,19 @@ func loadLearner(device string, spec orchestrator.LearnerSpec, g *trainer.Proces
 	return l, nil
 }
 
+// Every call below ends with trainer.ReleaseFreeMemory: the tensors it
+// let go are freed and glibc's free pages leave the resident set, which
+// otherwise grows from one iteration to the next (the process holds the
+// embedded server too). The orchestrator never calls a learner from two
+// goroutines at once.
+
 func (l *gotchLearner) Rescore(ctx context.Context, seqs [][]int) ([][]float32, error) {
+	defer trainer.ReleaseFreeMemory()
 	return l.m.RescoreAt(seqs, l.maxTok, l.temp)
 }
 
 func (l *gotchLearner) RescoreRef(ctx context.Context, seqs [][]int) ([][]float32, error) {
+	defer trainer.ReleaseFreeMemory()
 	if l.ref == nil {
 		return nil, errors.New("no reference policy loaded (kl_coef is 0)")
 	}
@@ -95,6 +103,7 @@ func (l *gotchLearner) RescoreRef(ctx context.Context, seqs [][]int) ([][]float3
 }
 
 func (l *gotchLearner) Step(ctx context.Context, rows []orchestrator.Row, lr float64) (orchestrator.StepStats, error) {
+	defer trainer.ReleaseFreeMemory()
 	l.opt.SetLR(lr)
 	batch := make([]trainer.RLSequence, len(rows))
 	for i, r := range rows {
@@ -127,6 +136,7 @@ func (l *gotchLearner) Step(ctx context.Context, rows []orchestrator.Row, lr flo
 }
 
 func (l *gotchLearner) SFT(ctx context.Context, data []orchestrator.SFTExample, o orchestrator.SFTOptions, progress func(step, steps int, loss float64)) error {
+	defer trainer.ReleaseFreeMemory()
 	ex := make([]trainer.SFTExample, len(data))
 	for i, d := range data {
 		ex[i] = trainer.SFTExample{IDs: d.IDs, Loss: d.Loss}

@@ -28,6 +28,20 @@ import "C"
 // what is live (the memory plan's "resident").
 func trimHeap() { C.malloc_trim(0) }
 
+// ReleaseFreeMemory frees the tensors whose Go values are gone (gotch frees
+// them in finalizers, which the Go collector runs only when the Go heap
+// grows: it never sees libtorch's memory) and hands the free pages of
+// glibc's heaps back to the system. Call it between steps, never while
+// another goroutine trains (finalizers must not run mid-step).
+func ReleaseFreeMemory() {
+	quiesceGC()
+	trimHeap()
+}
+
+// TrimHeap hands glibc's free heap pages back to the system; safe at any
+// time (it frees nothing that is in use).
+func TrimHeap() { trimHeap() }
+
 func init() { C.seedctl_tune_malloc() }
 
 // mapLargeBuffers makes freed large buffers leave the resident set at

@@ -329,13 +329,21 @@ func (e *Engine) score(ctx context.Context, prompts [][]int) ([][]float64, *snap
 func (e *Engine) loop() {
 	defer close(e.done)
 	defer e.shutdown()
+	busy := false
 	for {
 		if len(e.active) == 0 && len(e.waiting) == 0 {
+			if busy {
+				// Idle after generating: the freed KV caches' pages
+				// leave the resident set (the process trains too).
+				trainer.TrimHeap()
+				busy = false
+			}
 			select {
 			case js := <-e.jobs:
 				e.waiting = append(e.waiting, js...) // and whatever came with it
 			case s := <-e.scores:
 				e.runScore(s)
+				busy = true
 				continue
 			case m := <-e.swaps:
 				e.swap(m)
@@ -375,6 +383,7 @@ func (e *Engine) loop() {
 		}
 		if len(e.active) > 0 {
 			e.decodeStep()
+			busy = true
 		}
 	}
 }
