@@ -45,6 +45,16 @@ MUTANTS = [
      "out[i] = sks[(i+1)%len(sks)]",
      "./skills", "TestShuffleCrossesGroups",
      "random-skill baseline hands each trajectory its neighbour's (a groupmate's) skill"),
+    ("trainer/rl.go",
+     "t.delta = float64(s.TeacherLogP[k] - s.BaselineLogP[k])",
+     "t.delta = float64(s.TeacherLogP[k]) - lp",
+     "./trainer", "TestTermsAtHandComputed",
+     "contrastive gap ignoring its baseline (ℓᵀ − ℓθ instead of ℓᵀ − ℓᴮ)"),
+    ("skills/teacher.go",
+     "if has[j] && task[j] != task[i] {",
+     "if has[j] && j != i {",
+     "./skills", "TestDonors",
+     "contrastive donors drawn from the same task"),
 ]
 
 
