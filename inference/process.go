@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/seedctl/seedctl/internal/loopback"
 )
 
 // ProcessSpec describes an inference server seedctl starts and supervises.
@@ -50,16 +50,6 @@ type Process struct {
 // ErrProcessExited means a supervised server died.
 var ErrProcessExited = errors.New("inference server process exited")
 
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // StartProcess launches spec and waits until its health endpoint answers.
 func StartProcess(ctx context.Context, spec ProcessSpec, log zerolog.Logger) (*Process, error) {
 	if len(spec.Args) == 0 {
@@ -71,7 +61,7 @@ func StartProcess(ctx context.Context, spec ProcessSpec, log zerolog.Logger) (*P
 	if spec.StartTimeout == 0 {
 		spec.StartTimeout = 15 * time.Minute
 	}
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: finding a free port: %w", spec.Name, err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/seedctl/seedctl/internal/loopback"
 	"github.com/seedctl/seedctl/orchestrator"
 	"github.com/seedctl/seedctl/trainer"
 )
@@ -237,7 +238,7 @@ func Dist(o DistOptions, log zerolog.Logger) orchestrator.LearnerFactory {
 			if world > o.NProc {
 				return nil, fmt.Errorf("--world-size %d: give --master-port (a free port here that the other hosts reach)", world)
 			}
-			p, err := freeLoopbackPort()
+			p, err := loopback.FreePort()
 			if err != nil {
 				return nil, fmt.Errorf("--nproc %d: a port for the rendezvous: %w", o.NProc, err)
 			}
@@ -557,15 +558,6 @@ func (d *distLearner) Close() {
 	if d.gotchLearner != nil {
 		d.gotchLearner.Close()
 	}
-}
-
-func freeLoopbackPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // DialRun dials a run's ranks port, retrying every second for up to wait.

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 	"github.com/seedctl/seedctl/benchmarks"
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/inference/server/servertest"
+	"github.com/seedctl/seedctl/internal/loopback"
 	"github.com/seedctl/seedctl/learner"
 	"github.com/seedctl/seedctl/orchestrator"
 	"github.com/seedctl/seedctl/rollout"
@@ -542,7 +542,7 @@ func TestRunDataParallelMatchesOneProcess(t *testing.T) {
 	two := run("two", localRanks(2, false, learner.DefaultDistTimeout))
 	// The same with rank 1 on "another host": a learner-node process that
 	// dials the run's ranks port, as on a second machine.
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -769,14 +769,4 @@ func TestRunReleasesTheServerToTrain(t *testing.T) {
 	if releases != 3 || trainings < 3 {
 		t.Errorf("%d releases and %d training calls, want 3 and at least 3: %v", releases, trainings, log.calls)
 	}
-}
-
-// freePort is a free loopback port (the rendezvous of a test's ranks).
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -326,20 +326,29 @@ func (e *Engine) score(ctx context.Context, prompts [][]int) ([][]float64, *snap
 	}
 }
 
+// idleTrimDelay is how long the engine stays idle before it trims.
+const idleTrimDelay = 250 * time.Millisecond
+
 func (e *Engine) loop() {
 	defer close(e.done)
 	defer e.shutdown()
+	// After work, once the engine has stayed idle for idleTrimDelay, the
+	// freed KV caches' pages leave the resident set (the process trains
+	// too); a stream of single requests pays for no trim between them.
 	busy := false
+	var trim <-chan time.Time
 	for {
 		if len(e.active) == 0 && len(e.waiting) == 0 {
 			if busy {
-				// Idle after generating: the freed KV caches' pages
-				// leave the resident set (the process trains too).
-				trainer.TrimHeap()
-				busy = false
+				trim, busy = time.After(idleTrimDelay), false
 			}
 			select {
+			case <-trim:
+				trim = nil
+				trainer.TrimHeap()
+				continue
 			case js := <-e.jobs:
+				trim = nil
 				e.waiting = append(e.waiting, js...) // and whatever came with it
 			case s := <-e.scores:
 				e.runScore(s)
