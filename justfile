@@ -125,6 +125,7 @@ bench-throughput:
       go test ./trainer -run '^$' -bench GroupedAttention -benchtime 3x
       go test ./inference/server -run '^$' -bench Serve -benchtime 1x
       go test ./inference/server -run '^$' -bench SampleQwenVocab -benchtime 20x
+      go test ./inference/server -run '^$' -bench SamplingInLibtorch -benchtime 3x
       go test ./envadapters/... -run '^$' -bench .
       go test ./rollout -run '^$' -bench RolloutOverhead
       # Beside real vLLM (CPU build) when scripts/vllm-venv.sh installed it.

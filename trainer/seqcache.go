@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
 )
 
@@ -569,6 +570,19 @@ func decodeGroupFor(cs []*SeqCache, layers int) *decodeGroup {
 // and returns each sequence's next-token logits (float32). Sequences may
 // have different lengths; all must belong to m.
 func (m *Model) DecodeBatch(cs []*SeqCache, ids []int) (out [][]float32, err error) {
+	sl, err := m.DecodeBatchLogits(cs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer sl.Free()
+	defer guard(&err, "batched decode")
+	withoutGrad(func() { out = rows2D(sl.t) })
+	return out, nil
+}
+
+// DecodeBatchLogits is DecodeBatch keeping the logits in libtorch, for
+// StepLogits.Draw; the caller frees them.
+func (m *Model) DecodeBatchLogits(cs []*SeqCache, ids []int) (out *StepLogits, err error) {
 	if len(cs) == 0 || len(cs) != len(ids) {
 		return nil, fmt.Errorf("batched decode: %d sequences, %d tokens", len(cs), len(ids))
 	}
@@ -616,8 +630,10 @@ func (m *Model) DecodeBatch(cs []*SeqCache, ids []int) (out [][]float32, err err
 		}
 		mask.free()
 		flatLogits := must(logits.View([]int64{int64(b), -1}, true))
-		out = rows2D(flatLogits)
-		drop(flatLogits)
+		if flatLogits.DType() != gotch.Float {
+			flatLogits = must(flatLogits.Totype(gotch.Float, true))
+		}
+		out = &StepLogits{t: flatLogits, dev: m.device, rows: b, vocab: m.cfg.VocabSize}
 	})
 	for i, c := range cs {
 		c.tokens = append(c.tokens, ids[i])

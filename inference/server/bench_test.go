@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +20,11 @@ import (
 // head) past the tokenizer's, as Qwen's 151,936 rows exceed its
 // tokenizer's 151,665.
 func benchServer(b *testing.B, vocab int) *Server {
+	return benchServerAt(b, benchModel(b, vocab), nil)
+}
+
+// benchModel writes benchServer's checkpoint and returns its folder.
+func benchModel(b *testing.B, vocab int) string {
 	dir := filepath.Join(b.TempDir(), "bench")
 	tc := tokenizer.DefaultTrainConfig()
 	tc.VocabSize = 1024
@@ -47,8 +53,16 @@ func benchServer(b *testing.B, vocab int) *Server {
 		b.Fatal(err)
 	}
 	m.Close()
+	return dir
+}
+
+// benchServerAt serves dir without prefix reuse, mutate changing the rest.
+func benchServerAt(b *testing.B, dir string, mutate func(*Config)) *Server {
 	c := DefaultConfig(dir)
 	c.PrefixCacheEntries = 0
+	if mutate != nil {
+		mutate(&c)
+	}
 	s, err := New(c, zerolog.Nop())
 	if err != nil {
 		b.Fatal(err)
@@ -190,4 +204,54 @@ func BenchmarkServeQwenVocab(b *testing.B) {
 	b.ReportMetric(rate[64]/rate[1], "batched64/single")
 	b.ReportMetric(1000*lat[1], "ms/token@1")
 	b.ReportMetric(1000*lat[64], "ms/token@64")
+}
+
+// BenchmarkSamplingInLibtorch: BenchmarkServeQwenVocab's decode with the
+// tokens drawn inside libtorch (the default) and on the host from every
+// logit read back (HostSampling), two servers on the same checkpoint in
+// alternating rounds, at 1 and 64 concurrent requests (T = 1, 32 new
+// tokens); medians of the rounds and their ratio.
+//
+//	go test ./inference/server -run '^$' -bench SamplingInLibtorch -benchtime 3x
+func BenchmarkSamplingInLibtorch(b *testing.B) {
+	dir := benchModel(b, 151936)
+	dev := benchServerAt(b, dir, nil)
+	host := benchServerAt(b, dir, func(c *Config) { c.HostSampling = true })
+	prompt := make([]int, 48)
+	for i := range prompt {
+		prompt[i] = (i*37 + 11) % 1000
+	}
+	p := parsedGen{maxTokens: 32, n: 1, ignoreEOS: true, params: samplingParams{Temperature: 1, TopP: 1}}
+	same := func(int) []int { return prompt }
+	serveConcurrent(b, dev, 4, p, same) // warm both
+	serveConcurrent(b, host, 4, p, same)
+	type key struct {
+		host bool
+		conc int
+	}
+	rates := map[key][]float64{}
+	for range b.N {
+		for _, conc := range []int{1, 64} {
+			for _, h := range []bool{false, true} {
+				s := dev
+				if h {
+					s = host
+				}
+				r, _ := serveConcurrent(b, s, conc, p, same)
+				rates[key{h, conc}] = append(rates[key{h, conc}], r)
+			}
+		}
+	}
+	for _, conc := range []int{1, 64} {
+		d, h := median(rates[key{false, conc}]), median(rates[key{true, conc}])
+		b.ReportMetric(d, fmt.Sprintf("libtorch-tok/s@%d", conc))
+		b.ReportMetric(h, fmt.Sprintf("host-tok/s@%d", conc))
+		b.ReportMetric(d/h, fmt.Sprintf("libtorch/host@%d", conc))
+	}
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }

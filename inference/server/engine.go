@@ -59,6 +59,11 @@ type Config struct {
 	// ReadTimeout and IdleTimeout override the server's ReadTimeout and
 	// IdleTimeout (0: those).
 	ReadTimeout, IdleTimeout time.Duration
+	// HostSampling draws every decode step's tokens on the host from the
+	// whole logits read back, as before sampling moved into libtorch (for
+	// benchmarks side by side; the draws are the same but for rounding at
+	// a boundary between two ids).
+	HostSampling bool
 }
 
 // DefaultConfig returns the defaults for dir.
@@ -542,6 +547,75 @@ func (e *Engine) sampleAll(js []*genJob, logits [][]float32) []sampled {
 	return out
 }
 
+// needsHost reports whether p's cut (top-k, top-p) needs the whole row of
+// logits on the host.
+func (p samplingParams) needsHost(vocab int) bool {
+	return (p.TopK > 0 && p.TopK < vocab) || (p.TopP > 0 && p.TopP < 1)
+}
+
+// sampleStep draws each job's next token from a decode step's logits.
+// Rows without a top-k or top-p cut are drawn inside libtorch
+// (StepLogits.Draw): a few numbers per row come back instead of the whole
+// vocabulary's logits. Each draw takes one uniform from the job's own
+// generator, as the host sampler does, so a seeded request's stream is
+// unchanged. Rows with a cut (and every row with HostSampling) are read
+// back and sampled on the host.
+func (e *Engine) sampleStep(js []*genJob, sl *trainer.StepLogits) []sampled {
+	out := make([]sampled, len(js))
+	specs := make([]trainer.DrawSpec, len(js))
+	vocab := 0
+	var host []int
+	for i, j := range js {
+		if vocab == 0 {
+			vocab = j.snap.model.Config().VocabSize
+		}
+		if e.cfg.HostSampling || j.params.needsHost(vocab) {
+			host = append(host, i)
+			continue // greedy, drawing nothing
+		}
+		specs[i] = trainer.DrawSpec{Temperature: j.params.Temperature, TopLogprobs: j.params.TopLogprobs}
+	}
+	if len(host) < len(js) {
+		drawn, err := sl.Draw(specs, func(i int) float64 { return js[i].rng.Float64() })
+		if err != nil {
+			for i := range out {
+				out[i].err = err
+			}
+			return out
+		}
+		for i, d := range drawn {
+			if d.Err != nil {
+				out[i].err = d.Err
+				continue
+			}
+			c := tokenChoice{ID: d.ID, LogProb: d.LogProb}
+			for _, t := range d.Top {
+				c.Top = append(c.Top, tokenLogProb{ID: t.ID, LogProb: t.LogProb})
+			}
+			out[i].c = c
+		}
+	}
+	if len(host) == 0 {
+		return out
+	}
+	hj := make([]*genJob, len(host))
+	rows := make([][]float32, len(host))
+	for k, i := range host {
+		row, err := sl.Row(i)
+		if err != nil {
+			for _, i := range host {
+				out[i] = sampled{err: err}
+			}
+			return out
+		}
+		hj[k], rows[k] = js[i], row
+	}
+	for k, r := range e.sampleAll(hj, rows) {
+		out[host[k]] = r
+	}
+	return out
+}
+
 // reusePrefix gives j a fork of the longest cached prefix of its prompt
 // worth reusing and returns where its own tokens start (0, with no cache
 // set, when there is none).
@@ -783,7 +857,7 @@ func (e *Engine) decodeStep() {
 		for i, j := range js {
 			caches[i], ids[i] = j.cache, j.last
 		}
-		logits, err := s.model.DecodeBatch(caches, ids)
+		logits, err := s.model.DecodeBatchLogits(caches, ids)
 		e.statsMu.Lock()
 		e.stats.DecodeSteps++
 		e.stats.BatchedSeqs += int64(len(js))
@@ -795,7 +869,8 @@ func (e *Engine) decodeStep() {
 			}
 			continue
 		}
-		choices := e.sampleAll(js, logits)
+		choices := e.sampleStep(js, logits)
+		logits.Free()
 		for i, j := range js {
 			if err := choices[i].err; err != nil {
 				e.finish(j, "", fmt.Errorf("sampling token %d: %w", len(j.gen)+1, err))

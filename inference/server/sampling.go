@@ -1,10 +1,11 @@
 package server
 
 import (
-	"errors"
 	"math"
 	"math/rand/v2"
 	"sort"
+
+	"github.com/seedctl/seedctl/trainer"
 )
 
 // samplingParams are one request's decoding settings.
@@ -85,8 +86,9 @@ func topK(logits []float32, lse float64, k int) []tokenLogProb {
 }
 
 // errNonFiniteLogits: NaN among the logits, or no finite maximum (a
-// diverged or broken checkpoint): there is no distribution to sample.
-var errNonFiniteLogits = errors.New("the model's logits are not finite (NaN, +Inf, or all -Inf): the checkpoint is broken or its training diverged")
+// diverged or broken checkpoint): there is no distribution to sample. The
+// same error whether the host or libtorch draws.
+var errNonFiniteLogits = trainer.ErrNonFiniteLogits
 
 // sampler draws tokens with a scratch buffer of the vocabulary's size that
 // it keeps between calls (a Qwen vocabulary's weights are 1.2 MB a token).

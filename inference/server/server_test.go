@@ -181,6 +181,84 @@ func TestSeededSamplingIsReproducible(t *testing.T) {
 	}
 }
 
+// TestDrawingInLibtorchKeepsSeededOutputs: the same seeded requests, with
+// tokens drawn inside libtorch and on the host (HostSampling), give the
+// same tokens, log-probs to float32 rounding, and the same alternatives:
+// greedy, T = 1, tempered, several samples per prompt, top log-probs; a
+// top-p request (drawn on the host either way) among them.
+func TestDrawingInLibtorchKeepsSeededOutputs(t *testing.T) {
+	dev := newTestServer(t, nil)
+	host := newTestServer(t, func(c *Config) { c.HostSampling = true })
+	bodies := []map[string]any{
+		{"temperature": 0, "logprobs": 3},
+		{"temperature": 1.0, "seed": 7, "n": 3, "logprobs": 2},
+		{"temperature": 0.6, "seed": 11, "n": 2, "logprobs": 0},
+		{"temperature": 1.4, "seed": 12, "logprobs": 1},
+		{"temperature": 1.0, "top_p": 0.8, "seed": 5, "n": 2, "logprobs": 0},
+	}
+	type result struct {
+		ids []int
+		lps []float64
+		top []any
+	}
+	get := func(s *testServer, body map[string]any) []result {
+		req := map[string]any{"prompt": prompt, "max_tokens": 16, "ignore_eos": true, "return_tokens_as_token_ids": true}
+		for k, v := range body {
+			req[k] = v
+		}
+		code, resp := post(t, s.url+"/v1/completions", req)
+		if code != 200 {
+			t.Fatalf("%v: status %d %v", body, code, resp)
+		}
+		var out []result
+		for _, c := range choices(t, resp) {
+			ids, lps := completionIDs(t, c)
+			top, _ := c["logprobs"].(map[string]any)["top_logprobs"].([]any)
+			out = append(out, result{ids, lps, top})
+		}
+		return out
+	}
+	// Concurrently, so that the requests share decode steps.
+	var wg sync.WaitGroup
+	got, want := make([][]result, len(bodies)), make([][]result, len(bodies))
+	for i, b := range bodies {
+		wg.Add(2)
+		go func() { defer wg.Done(); got[i] = get(dev, b) }()
+		go func() { defer wg.Done(); want[i] = get(host, b) }()
+	}
+	wg.Wait()
+	for i, b := range bodies {
+		for k := range want[i] {
+			g, w := got[i][k], want[i][k]
+			if fmt.Sprint(g.ids) != fmt.Sprint(w.ids) {
+				t.Errorf("%v choice %d: drawn in libtorch %v, on the host %v", b, k, g.ids, w.ids)
+				continue
+			}
+			for j := range w.lps {
+				if math.Abs(g.lps[j]-w.lps[j]) > 1e-4 {
+					t.Errorf("%v choice %d token %d: log-prob %v, on the host %v", b, k, j, g.lps[j], w.lps[j])
+				}
+			}
+			if len(g.top) != len(w.top) {
+				t.Errorf("%v choice %d: %d alternatives lists, on the host %d", b, k, len(g.top), len(w.top))
+				continue
+			}
+			for j := range w.top {
+				gm, _ := g.top[j].(map[string]any)
+				wm, _ := w.top[j].(map[string]any)
+				if len(gm) != len(wm) {
+					t.Errorf("%v choice %d token %d: alternatives %v, on the host %v", b, k, j, gm, wm)
+				}
+				for id, wv := range wm {
+					if gv, ok := gm[id].(float64); !ok || math.Abs(gv-wv.(float64)) > 1e-4 {
+						t.Errorf("%v choice %d token %d: alternative %s %v, on the host %v", b, k, j, id, gm[id], wv)
+					}
+				}
+			}
+		}
+	}
+}
+
 func TestEchoScoresPrompt(t *testing.T) {
 	s := newTestServer(t, nil)
 	code, resp := post(t, s.url+"/v1/completions", map[string]any{
