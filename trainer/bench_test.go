@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"sort"
 	"strconv"
 	"testing"
 	"time"
@@ -458,4 +459,82 @@ func benchGrouped(b *testing.B, m *Model, cfg *ModelConfig, promptLen int) {
 	b.ReportMetric(n*12*160/tOff.Seconds(), "score-tok/s-repeated")
 	b.ReportMetric(n*12*160/tOn.Seconds(), "score-tok/s-grouped")
 	b.ReportMetric(tOff.Seconds()/tOn.Seconds(), "score-speedup")
+}
+
+// BenchmarkDecodeOneSequence: one sequence's decode step (DecodeBatchLogits
+// and Draw at T = 1) on the shape of the vLLM comparison — Qwen2, hidden
+// 128, 2 layers, head_dim 64, untied, Qwen3's 151,669-token vocabulary,
+// after a 256-token prompt — with the LM head as a matrix-vector product
+// (the default for one float32 row) and as libtorch's linear, alternating
+// in rounds of 10 steps; medians of the rounds.
+//
+//	go test ./trainer -run '^$' -bench DecodeOneSequence -benchtime 1x
+func BenchmarkDecodeOneSequence(b *testing.B) {
+	cfg := &ModelConfig{Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: 151669,
+		HiddenSize: 128, IntermediateSize: 256, NumHiddenLayers: 2, NumAttentionHeads: 2, NumKeyValueHeads: 2,
+		MaxPositionEmbeddings: 2048, RMSNormEps: 1e-6, RopeTheta: 1e6, HiddenAct: "silu", InitializerRange: 0.02}
+	m, err := InitRandom(cfg, ModelOptions{}, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	rng := rand.New(rand.NewPCG(1, 1))
+	prompt := make([]int, 256)
+	for k := range prompt {
+		prompt[k] = 1000 + rng.IntN(100000)
+	}
+	c := m.NewSeqCache()
+	defer c.Free()
+	last, err := m.Extend(c, prompt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	next := []int{argmaxF(last)}
+	step := func() {
+		sl, err := m.DecodeBatchLogits([]*SeqCache{c}, next)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d, err := sl.Draw([]DrawSpec{{Temperature: 1}}, func(int) float64 { return rng.Float64() })
+		sl.Free()
+		if err != nil {
+			b.Fatal(err)
+		}
+		next[0] = d[0].ID
+	}
+	defer func() { oneRowMatVec = true }()
+	per := map[bool][]float64{}
+	for range b.N {
+		for round := 0; round < 6; round++ {
+			for _, mv := range []bool{true, false} {
+				oneRowMatVec = mv
+				step() // warm
+				start := time.Now()
+				for range 10 {
+					step()
+				}
+				per[mv] = append(per[mv], float64(time.Since(start).Microseconds())/10/1000)
+			}
+		}
+	}
+	mv, lin := medianOf(per[true]), medianOf(per[false])
+	b.ReportMetric(mv, "ms/step-matvec")
+	b.ReportMetric(lin, "ms/step-linear")
+	b.ReportMetric(lin/mv, "linear/matvec")
+}
+
+func argmaxF(xs []float32) int {
+	best := 0
+	for i, x := range xs {
+		if x > xs[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+func medianOf(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }

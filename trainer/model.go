@@ -470,9 +470,34 @@ func (m *Model) runTo(flat []int64, pos []float32, b, t int64, mask *attnMask, k
 	if !head {
 		return hN
 	}
-	logits := linear(hN, m.lmHead, nil)
+	logits := m.headLogits(hN, grad)
 	drop(hN)
 	return logits
+}
+
+// oneRowMatVec routes headLogits' single float32 rows through a
+// matrix-vector product (BenchmarkDecodeOneSequence turns it off to
+// compare).
+var oneRowMatVec = true
+
+// headLogits applies the LM head to h [..., hidden]. One float32 row on
+// the CPU without a graph (a single sequence's decode step) goes through
+// a matrix-vector product: for that shape libtorch's linear reads the
+// head's weights at about half the rate (BenchmarkDecodeOneSequence).
+func (m *Model) headLogits(h *ts.Tensor, grad bool) *ts.Tensor {
+	sz := h.MustSize()
+	rows := int64(1)
+	for _, d := range sz[:len(sz)-1] {
+		rows *= d
+	}
+	if !oneRowMatVec || rows != 1 || grad || m.device.IsCuda() || h.DType() != gotch.Float || m.lmHead.DType() != gotch.Float {
+		return linear(h, m.lmHead, nil)
+	}
+	vec := must(h.View([]int64{sz[len(sz)-1]}, false))
+	out := must(m.lmHead.Mv(vec, false))
+	drop(vec)
+	shape := append(append([]int64(nil), sz[:len(sz)-1]...), int64(m.cfg.VocabSize))
+	return must(out.View(shape, true))
 }
 
 // SetRecompute turns activation recomputation on or off. With it, a

@@ -130,7 +130,7 @@ func (m *Model) Extend(c *SeqCache, ids []int) (last []float32, err error) {
 func (m *Model) lastLogits(hN *ts.Tensor) [][]float32 {
 	sz := hN.MustSize()
 	lastH := must(hN.Narrow(1, sz[1]-1, 1, true))
-	logits := linear(lastH, m.lmHead, nil)
+	logits := m.headLogits(lastH, false)
 	drop(lastH)
 	flat := must(logits.View([]int64{sz[0], -1}, true))
 	out := rows2D(flat)
