@@ -523,6 +523,78 @@ func BenchmarkDecodeOneSequence(b *testing.B) {
 	b.ReportMetric(lin/mv, "linear/matvec")
 }
 
+// BenchmarkDecodeStepParts: where a decode step's time goes on the vLLM
+// comparison's shape (BenchmarkDecodeOneSequence's model, 256-token
+// prompts) at 1 and 64 sequences, in float32 and bfloat16: the forward
+// (DecodeBatchLogits), drawing the tokens inside libtorch (Draw, T = 1),
+// and, for comparison, reading every logit back to the host as the host
+// sampler needs; means over 10 steps.
+//
+//	go test ./trainer -run '^$' -bench DecodeStepParts -benchtime 1x
+func BenchmarkDecodeStepParts(b *testing.B) {
+	cfg := &ModelConfig{Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: 151669,
+		HiddenSize: 128, IntermediateSize: 256, NumHiddenLayers: 2, NumAttentionHeads: 2, NumKeyValueHeads: 2,
+		MaxPositionEmbeddings: 2048, RMSNormEps: 1e-6, RopeTheta: 1e6, HiddenAct: "silu", InitializerRange: 0.02}
+	for _, dt := range []string{"float32", "bfloat16"} {
+		m, err := InitRandom(cfg, ModelOptions{DType: dt}, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(1, 1))
+		for _, rows := range []int{1, 64} {
+			caches, next := make([]*SeqCache, rows), make([]int, rows)
+			for i := range caches {
+				p := make([]int, 256)
+				for k := range p {
+					p[k] = 1000 + rng.IntN(100000)
+				}
+				caches[i] = m.NewSeqCache()
+				last, err := m.Extend(caches[i], p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				next[i] = argmaxF(last)
+			}
+			specs := make([]DrawSpec, rows)
+			for i := range specs {
+				specs[i] = DrawSpec{Temperature: 1}
+			}
+			var fwd, draw, back time.Duration
+			const steps = 10
+			for s := -2; s < steps*b.N; s++ { // two warm-up steps
+				t0 := time.Now()
+				sl, err := m.DecodeBatchLogits(caches, next)
+				if err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				d, err := sl.Draw(specs, func(int) float64 { return rng.Float64() })
+				if err != nil {
+					b.Fatal(err)
+				}
+				t2 := time.Now()
+				withoutGrad(func() { _ = rows2D(sl.t) })
+				t3 := time.Now()
+				sl.Free()
+				for i := range next {
+					next[i] = d[i].ID
+				}
+				if s >= 0 {
+					fwd, draw, back = fwd+t1.Sub(t0), draw+t2.Sub(t1), back+t3.Sub(t2)
+				}
+			}
+			n := float64(steps * b.N)
+			b.ReportMetric(float64(fwd.Microseconds())/n/1000, fmt.Sprintf("ms-forward@%d-%s", rows, dt))
+			b.ReportMetric(float64(draw.Microseconds())/n/1000, fmt.Sprintf("ms-draw@%d-%s", rows, dt))
+			b.ReportMetric(float64(back.Microseconds())/n/1000, fmt.Sprintf("ms-readback@%d-%s", rows, dt))
+			for _, c := range caches {
+				c.Free()
+			}
+		}
+		m.Close()
+	}
+}
+
 func argmaxF(xs []float32) int {
 	best := 0
 	for i, x := range xs {
