@@ -23,6 +23,9 @@ type GenRequest struct {
 	Seed         *int64
 	Stop         []string
 	StopTokenIDs []int
+	// IgnoreEOS keeps generating past the end-of-sequence token
+	// (vLLM's and SGLang's ignore_eos; benchmarks that need full lengths).
+	IgnoreEOS bool
 }
 
 // GenResult is what came back, token for token: the ids the server
@@ -212,6 +215,9 @@ func (o *openAICompat) generateOne(ctx context.Context, r GenRequest) (GenResult
 	}
 	if len(r.StopTokenIDs) > 0 {
 		body["stop_token_ids"] = r.StopTokenIDs
+	}
+	if r.IgnoreEOS {
+		body["ignore_eos"] = true
 	}
 	var resp completionResponse
 	if err := o.http.do(ctx, "POST", "/v1/completions", body, &resp); err != nil {

