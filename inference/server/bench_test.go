@@ -206,20 +206,31 @@ func BenchmarkServeQwenVocab(b *testing.B) {
 	b.ReportMetric(1000*lat[64], "ms/token@64")
 }
 
-// BenchmarkSamplingInLibtorch: BenchmarkServeQwenVocab's decode with the
-// tokens drawn inside libtorch (the default) and on the host from every
-// logit read back (HostSampling), two servers on the same checkpoint in
-// alternating rounds, at 1 and 64 concurrent requests (T = 1, 32 new
-// tokens); medians of the rounds and their ratio.
+// BenchmarkSamplingInLibtorch: BenchmarkServe's decode, at its
+// tokenizer's own vocabulary (a few hundred ids) and widened to Qwen's, with the tokens drawn
+// inside libtorch (the default) and on the host from every logit read
+// back (HostSampling), two servers on the same checkpoint in alternating
+// rounds, at 1 and 64 concurrent requests (T = 1, 32 new tokens); medians
+// of the rounds and their ratio.
 //
 //	go test ./inference/server -run '^$' -bench SamplingInLibtorch -benchtime 3x
 func BenchmarkSamplingInLibtorch(b *testing.B) {
-	dir := benchModel(b, 151936)
+	for _, vocab := range []int{151936, 0} {
+		name := "vocab=151936"
+		if vocab == 0 {
+			name = "vocab=tokenizer" // the BPE's own few hundred ids
+		}
+		b.Run(name, func(b *testing.B) { benchSamplingInLibtorch(b, vocab) })
+	}
+}
+
+func benchSamplingInLibtorch(b *testing.B, vocab int) {
+	dir := benchModel(b, vocab)
 	dev := benchServerAt(b, dir, nil)
 	host := benchServerAt(b, dir, func(c *Config) { c.HostSampling = true })
 	prompt := make([]int, 48)
 	for i := range prompt {
-		prompt[i] = (i*37 + 11) % 1000
+		prompt[i] = (i*37 + 11) % min(1000, dev.eng.snap().model.Config().VocabSize)
 	}
 	p := parsedGen{maxTokens: 32, n: 1, ignoreEOS: true, params: samplingParams{Temperature: 1, TopP: 1}}
 	same := func(int) []int { return prompt }

@@ -187,6 +187,11 @@ func TestSeededSamplingIsReproducible(t *testing.T) {
 // greedy, T = 1, tempered, several samples per prompt, top log-probs; a
 // top-p request (drawn on the host either way) among them.
 func TestDrawingInLibtorchKeepsSeededOutputs(t *testing.T) {
+	// The tiny model's steps are below the size from which the server
+	// draws inside libtorch: draw there at any size.
+	saved := libtorchDrawLogits
+	libtorchDrawLogits = 0
+	t.Cleanup(func() { libtorchDrawLogits = saved })
 	dev := newTestServer(t, nil)
 	host := newTestServer(t, func(c *Config) { c.HostSampling = true })
 	bodies := []map[string]any{
