@@ -489,7 +489,7 @@ func BenchmarkDecodeOneSequence(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	next := []int{argmaxF(last)}
+	next := []int{argmax(last)}
 	step := func() {
 		sl, err := m.DecodeBatchLogits([]*SeqCache{c}, next)
 		if err != nil {
@@ -553,7 +553,7 @@ func BenchmarkDecodeStepParts(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				next[i] = argmaxF(last)
+				next[i] = argmax(last)
 			}
 			specs := make([]DrawSpec, rows)
 			for i := range specs {
@@ -593,16 +593,6 @@ func BenchmarkDecodeStepParts(b *testing.B) {
 		}
 		m.Close()
 	}
-}
-
-func argmaxF(xs []float32) int {
-	best := 0
-	for i, x := range xs {
-		if x > xs[best] {
-			best = i
-		}
-	}
-	return best
 }
 
 func medianOf(xs []float64) float64 {
