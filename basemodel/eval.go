@@ -45,6 +45,9 @@ type EvalConfig struct {
 	// PlacesOrder is the rollout's places-line order ("": one per room;
 	// rollout.PlacesOrderEpisode: one per episode).
 	PlacesOrder string `json:",omitempty"`
+	// DType is the embedded server's serving precision ("": float32, or
+	// bfloat16).
+	DType string `json:",omitempty"`
 	// Source, when set, gives the tasks and environments instead of the
 	// built-in named Env (a remote server's; no oracle hints then).
 	Source Source `json:"-"`
@@ -109,7 +112,7 @@ func Evaluate(ctx context.Context, cfg EvalConfig, log zerolog.Logger, progress 
 	}
 	tasks := all[cfg.Offset:]
 	scfg := server.DefaultConfig(cfg.ModelDir)
-	scfg.MaxModelLen = 16384
+	scfg.MaxModelLen, scfg.DType = 16384, cfg.DType
 	srv, err := server.New(scfg, log.With().Str("component", "embedded-server").Logger())
 	if err != nil {
 		return nil, err

@@ -272,6 +272,7 @@ func evalCommand() *cli.Command {
 			envOptFlag(),
 			&cli.StringFlag{Name: "places-order", Value: orchestrator.Default().Rollout.PlacesOrder, Usage: "room (one order of the places line per room, as demonstrated) or episode (each episode draws its own: a group's samples are pointed at different first places; the embedded default's)"},
 			&cli.StringFlag{Name: "save", Usage: "write the trajectories (JSONL) and the result (JSON) into this folder"},
+			&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "the embedded server's serving precision: float32 or bfloat16"},
 			agentgymFlags()[0], agentgymFlags()[1],
 		},
 		Action: func(c *cli.Context) error {
@@ -279,6 +280,9 @@ func evalCommand() *cli.Command {
 			split, err := envadapters.ParseSplit(c.String("split"))
 			if err != nil {
 				return cli.Exit("eval: "+err.Error(), 2)
+			}
+			if d := c.String("dtype"); d != "float32" && d != "bfloat16" {
+				return cli.Exit(fmt.Sprintf("eval: --dtype %s: want float32 or bfloat16", d), 2)
 			}
 			src, builtin, release, err := openEnvSource(c, c.Int("max-steps"))
 			if err != nil {
@@ -296,7 +300,7 @@ func evalCommand() *cli.Command {
 			res, err := basemodel.Evaluate(c.Context, basemodel.EvalConfig{
 				ModelDir: c.String("model"), Env: c.String("env"), Split: split, Episodes: c.Int("episodes"), Offset: c.Int("offset"),
 				Hints: c.String("hints"), Group: c.Int("group"), Temperature: c.Float64("temperature"), MaxTokens: c.Int("max-tokens"), Mode: c.String("mode"), Seed: 1, MaxSteps: c.Int("max-steps"), EnvOptions: opts,
-				PlacesOrder: c.String("places-order"), Source: source,
+				PlacesOrder: c.String("places-order"), Source: source, DType: c.String("dtype"),
 			}, log, progressLine(c.App.ErrWriter, "eval", c.Int("max-steps")))
 			if err != nil {
 				return cli.Exit("eval: "+err.Error(), 1)

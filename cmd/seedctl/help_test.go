@@ -117,6 +117,7 @@ func TestWrongFlagsNameTheFlagAndAFix(t *testing.T) {
 		{[]string{"run", "--runs-dir", runs, "--model", dir, "--train-tasks", "-1"}, []string{"train_tasks -1", "(set by --train-tasks)"}},
 		{[]string{"run", "--runs-dir", runs, "--model", dir, "--algo", "ppo"}, []string{`algo "ppo"`, "grpo", "(set by --algo)"}},
 		{[]string{"eval", "--model", file}, []string{"--model " + file, "a file, not a checkpoint folder"}},
+		{[]string{"eval", "--model", dir, "--dtype", "float8"}, []string{"--dtype float8", "float32 or bfloat16"}},
 		{[]string{"serve", "--model", t.TempDir()}, []string{"--model", "no config.json there"}},
 		{[]string{"model", "inspect", "/nonexistent"}, []string{"DIR /nonexistent", "no such folder"}},
 		{[]string{"model", "init", "--out", filepath.Join(dir, "m"), "--tokenizer", "/nonexistent"}, []string{"--tokenizer /nonexistent", "tokenizer.json"}},
