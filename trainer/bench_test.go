@@ -470,19 +470,14 @@ func benchGrouped(b *testing.B, m *Model, cfg *ModelConfig, promptLen int) {
 //
 //	go test ./trainer -run '^$' -bench DecodeOneSequence -benchtime 1x
 func BenchmarkDecodeOneSequence(b *testing.B) {
-	cfg := &ModelConfig{Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: 151669,
-		HiddenSize: 128, IntermediateSize: 256, NumHiddenLayers: 2, NumAttentionHeads: 2, NumKeyValueHeads: 2,
-		MaxPositionEmbeddings: 2048, RMSNormEps: 1e-6, RopeTheta: 1e6, HiddenAct: "silu", InitializerRange: 0.02}
+	cfg := vllmCompareConfig()
 	m, err := InitRandom(cfg, ModelOptions{}, 1)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer m.Close()
 	rng := rand.New(rand.NewPCG(1, 1))
-	prompt := make([]int, 256)
-	for k := range prompt {
-		prompt[k] = 1000 + rng.IntN(100000)
-	}
+	prompt := randomPrompt(rng, 256)
 	c := m.NewSeqCache()
 	defer c.Free()
 	last, err := m.Extend(c, prompt)
@@ -532,9 +527,7 @@ func BenchmarkDecodeOneSequence(b *testing.B) {
 //
 //	go test ./trainer -run '^$' -bench DecodeStepParts -benchtime 1x
 func BenchmarkDecodeStepParts(b *testing.B) {
-	cfg := &ModelConfig{Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: 151669,
-		HiddenSize: 128, IntermediateSize: 256, NumHiddenLayers: 2, NumAttentionHeads: 2, NumKeyValueHeads: 2,
-		MaxPositionEmbeddings: 2048, RMSNormEps: 1e-6, RopeTheta: 1e6, HiddenAct: "silu", InitializerRange: 0.02}
+	cfg := vllmCompareConfig()
 	for _, dt := range []string{"float32", "bfloat16"} {
 		m, err := InitRandom(cfg, ModelOptions{DType: dt}, 1)
 		if err != nil {
@@ -544,10 +537,7 @@ func BenchmarkDecodeStepParts(b *testing.B) {
 		for _, rows := range []int{1, 64} {
 			caches, next := make([]*SeqCache, rows), make([]int, rows)
 			for i := range caches {
-				p := make([]int, 256)
-				for k := range p {
-					p[k] = 1000 + rng.IntN(100000)
-				}
+				p := randomPrompt(rng, 256)
 				caches[i] = m.NewSeqCache()
 				last, err := m.Extend(caches[i], p)
 				if err != nil {
@@ -593,6 +583,24 @@ func BenchmarkDecodeStepParts(b *testing.B) {
 		}
 		m.Close()
 	}
+}
+
+// vllmCompareConfig is the vLLM comparison's checkpoint shape
+// (BenchmarkVLLMDecode): Qwen2, hidden 128, 2 layers, head_dim 64, untied,
+// Qwen3's 151,669-token vocabulary.
+func vllmCompareConfig() *ModelConfig {
+	return &ModelConfig{Architectures: []string{"Qwen2ForCausalLM"}, ModelType: "qwen2", VocabSize: 151669,
+		HiddenSize: 128, IntermediateSize: 256, NumHiddenLayers: 2, NumAttentionHeads: 2, NumKeyValueHeads: 2,
+		MaxPositionEmbeddings: 2048, RMSNormEps: 1e-6, RopeTheta: 1e6, HiddenAct: "silu", InitializerRange: 0.02}
+}
+
+// randomPrompt is n ids drawn from the Qwen-sized vocabulary's middle.
+func randomPrompt(rng *rand.Rand, n int) []int {
+	p := make([]int, n)
+	for k := range p {
+		p[k] = 1000 + rng.IntN(100000)
+	}
+	return p
 }
 
 func medianOf(xs []float64) float64 {

@@ -38,6 +38,13 @@ func (l *StepLogits) Row(i int) (out []float32, err error) {
 	return out, nil
 }
 
+// All copies every row's logits to the host in one read-back.
+func (l *StepLogits) All() (out [][]float32, err error) {
+	defer guard(&err, "reading logits")
+	withoutGrad(func() { out = rows2D(l.t) })
+	return out, nil
+}
+
 // Free releases the logits.
 func (l *StepLogits) Free() {
 	if l != nil && l.t != nil {

@@ -575,9 +575,7 @@ func (m *Model) DecodeBatch(cs []*SeqCache, ids []int) (out [][]float32, err err
 		return nil, err
 	}
 	defer sl.Free()
-	defer guard(&err, "batched decode")
-	withoutGrad(func() { out = rows2D(sl.t) })
-	return out, nil
+	return sl.All()
 }
 
 // DecodeBatchLogits is DecodeBatch keeping the logits in libtorch, for

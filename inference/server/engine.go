@@ -607,8 +607,18 @@ func (e *Engine) sampleStep(js []*genJob, sl *trainer.StepLogits) []sampled {
 	}
 	hj := make([]*genJob, len(host))
 	rows := make([][]float32, len(host))
+	row := sl.Row
+	if len(host) == len(js) { // one read-back, not one per row
+		all, err := sl.All()
+		row = func(i int) ([]float32, error) {
+			if err != nil {
+				return nil, err
+			}
+			return all[i], nil
+		}
+	}
 	for k, i := range host {
-		row, err := sl.Row(i)
+		row, err := row(i)
 		if err != nil {
 			for _, i := range host {
 				out[i] = sampled{err: err}
