@@ -10,6 +10,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/libtch/seedops"
+	"github.com/sugarme/gotch/ts"
 )
 
 // TestChunkedAttentionMatches: attention in query blocks (forward passes
@@ -427,4 +431,128 @@ func TestGroupedAttentionMatchesRepeated(t *testing.T) {
 			t.Errorf("decoding (fused op %v): grouped attention's logits differ from repeated keys' by %g", fused, d)
 		}
 	}
+}
+
+// TestDecodeAttentionMatchesMasked: the CPU decode kernel
+// (decodeAttention) against attendMatmul with the additive mask it
+// replaces, on keys and values that are windows of larger buffers (as a
+// decode group's are), rows with left padding, 1 to 4 query heads per
+// key/value head, head sizes with and without a tail past multiples of 8,
+// in float32 and bfloat16, through the AVX2 path and the portable loops.
+// Rows whose padding holds huge values would poison a masked sum that
+// read them; the kernel must not read them at all.
+func TestDecodeAttentionMatchesMasked(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	cases := []struct {
+		b, kvh, rep, s, d int
+		starts            []int64
+	}{
+		{1, 1, 1, 1, 8, []int64{0}},
+		{2, 2, 2, 9, 32, []int64{0, 5}},
+		{3, 1, 4, 17, 12, []int64{16, 3, 0}},
+		{4, 2, 1, 40, 64, []int64{1, 39, 20, 0}},
+		{2, 3, 2, 5, 7, []int64{4, 2}},
+	}
+	for _, portable := range []bool{false, true} {
+		prev := seedops.DecodeAttentionPortable(portable)
+		for _, dt := range []gotch.DType{gotch.Float, gotch.BFloat16} {
+			for ci, c := range cases {
+				name := fmt.Sprintf("portable=%v %v case %d", portable, dt, ci)
+				h := c.kvh * c.rep
+				qv := make([]float32, c.b*h*c.d)
+				for i := range qv {
+					qv[i] = float32(rng.NormFloat64())
+				}
+				// Buffers 3 columns wider than the window, which starts at column 2.
+				const off, extra = 2, 3
+				w := c.s + extra
+				kv, vv := make([]float32, c.b*c.kvh*w*c.d), make([]float32, c.b*c.kvh*w*c.d)
+				for i := range kv {
+					kv[i], vv[i] = float32(2*rng.NormFloat64()), float32(rng.NormFloat64())
+				}
+				for bi, st := range c.starts { // padding: values a masked product would still multiply
+					for g := 0; g < c.kvh; g++ {
+						for j := 0; j < int(st); j++ {
+							for e := 0; e < c.d; e++ {
+								i := ((bi*c.kvh+g)*w+off+j)*c.d + e
+								kv[i], vv[i] = 1e30, float32(math.NaN())
+							}
+						}
+					}
+				}
+				withoutGrad(func() {
+					q := must(upload(qv, []int64{int64(c.b), int64(h), 1, int64(c.d)}, gotch.CPU).Totype(dt, true))
+					kb := must(upload(kv, []int64{int64(c.b), int64(c.kvh), int64(w), int64(c.d)}, gotch.CPU).Totype(dt, true))
+					vb := must(upload(vv, []int64{int64(c.b), int64(c.kvh), int64(w), int64(c.d)}, gotch.CPU).Totype(dt, true))
+					k := must(kb.Narrow(2, off, int64(c.s), false))
+					v := must(vb.Narrow(2, off, int64(c.s), false))
+					got := rows2D(must(must(decodeAttention(q, k, v, c.starts, int64(c.d)).Totype(gotch.Float, true)).View([]int64{int64(c.b * h), int64(c.d)}, true)))
+
+					// The reference: float32 copies with the padding zeroed, repeated per query head, masked.
+					kf := must(must(k.Totype(gotch.Float, false)).Contiguous(true))
+					vf := must(must(v.Totype(gotch.Float, false)).Contiguous(true))
+					mv := make([]float32, c.b*c.s)
+					for bi, st := range c.starts {
+						for j := 0; j < int(st); j++ {
+							mv[bi*c.s+j] = float32(-math.MaxFloat32)
+						}
+					}
+					keep := make([]float32, c.b*c.s)
+					for i, x := range mv {
+						if x == 0 {
+							keep[i] = 1
+						}
+					}
+					km := upload(keep, []int64{int64(c.b), 1, int64(c.s), 1}, gotch.CPU)
+					kf = must(kf.Mul(km, true))
+					vf = must(must(vf.NanToNum([]float64{0}, nil, nil, true)).Mul(km, true))
+					mask := upload(mv, []int64{int64(c.b), 1, 1, int64(c.s)}, gotch.CPU)
+					qf := must(q.Totype(gotch.Float, false))
+					kr, vr := repeatKV(kf, int64(c.rep)), repeatKV(vf, int64(c.rep))
+					want := rows2D(must(attendMatmul(qf, kr, vr, mask, int64(c.d), gotch.Float).View([]int64{int64(c.b * h), int64(c.d)}, true)))
+					tol := 2e-5
+					if dt == gotch.BFloat16 {
+						tol = 2e-2 // the output rounded to bfloat16
+					}
+					for r := range want {
+						for e := range want[r] {
+							if d := math.Abs(float64(got[r][e] - want[r][e])); !(d <= tol*math.Max(1, math.Abs(float64(want[r][e])))) {
+								t.Fatalf("%s: out[%d][%d] = %v, masked attention %v", name, r, e, got[r][e], want[r][e])
+							}
+						}
+					}
+					drop(q, kb, vb, k, v, kf, vf, km, mask, qf, kr, vr)
+				})
+			}
+		}
+		seedops.DecodeAttentionPortable(prev)
+	}
+}
+
+// TestDecodeAttentionRefusesBadShapes: the kernel's checks name what was
+// wrong instead of reading out of bounds.
+func TestDecodeAttentionRefusesBadShapes(t *testing.T) {
+	withoutGrad(func() {
+		q := must(ts.Zeros([]int64{2, 4, 1, 8}, gotch.Float, gotch.CPU))
+		k := must(ts.Zeros([]int64{2, 2, 5, 8}, gotch.Float, gotch.CPU))
+		defer drop(q, k)
+		for _, c := range []struct {
+			starts []int64
+			want   string
+		}{
+			{[]int64{0}, "one first key per row"},
+			{[]int64{0, 5}, "outside its keys"},
+			{[]int64{-1, 0}, "outside its keys"},
+		} {
+			_, err := seedops.DecodeAttention(q.Ctensor(), k.Ctensor(), k.Ctensor(), c.starts, 1)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("starts %v: %v, want an error saying %q", c.starts, err, c.want)
+			}
+		}
+		q3 := must(ts.Zeros([]int64{2, 3, 1, 8}, gotch.Float, gotch.CPU))
+		defer drop(q3)
+		if _, err := seedops.DecodeAttention(q3.Ctensor(), k.Ctensor(), k.Ctensor(), []int64{0, 0}, 1); err == nil || !strings.Contains(err.Error(), "multiple") {
+			t.Errorf("3 query heads over 2 key/value heads: %v", err)
+		}
+	})
 }

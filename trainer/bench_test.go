@@ -608,3 +608,78 @@ func medianOf(xs []float64) float64 {
 	sort.Float64s(s)
 	return s[len(s)/2]
 }
+
+// BenchmarkDecodeAttention: a decode step (DecodeBatchLogits, the logits
+// read back) at 1 and 64 sequences after 256-token prompts, with the CPU
+// decode kernel (decodeAttention) and with the fused op and a mask it
+// replaced, alternating rounds of 10 steps on the same caches; medians and
+// their ratio, on the embedded default's committed base shape and on the
+// vLLM comparison's.
+//
+//	go test ./trainer -run '^$' -bench DecodeAttention -benchtime 1x
+func BenchmarkDecodeAttention(b *testing.B) {
+	committed, err := LoadModelConfig("../basemodel/committed/household-tiny/config.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	prev := useDecodeKernel
+	defer func() { useDecodeKernel = prev }()
+	for _, shape := range []struct {
+		name string
+		cfg  *ModelConfig
+	}{{"committed-base", committed}, {"qwen-vocab", vllmCompareConfig()}} {
+		m, err := InitRandom(shape.cfg, ModelOptions{}, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(1, 1))
+		for _, rows := range []int{1, 64} {
+			caches, next := make([]*SeqCache, rows), make([]int, rows)
+			for i := range caches {
+				p := make([]int, 256)
+				for k := range p {
+					p[k] = rng.IntN(shape.cfg.VocabSize)
+				}
+				caches[i] = m.NewSeqCache()
+				last, err := m.Extend(caches[i], p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				next[i] = argmax(last)
+			}
+			step := func() {
+				logits, err := m.DecodeBatch(caches, next)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i := range next {
+					next[i] = argmax(logits[i])
+				}
+			}
+			step()
+			var kernel, masked []float64
+			for range 3 * b.N {
+				for _, on := range []bool{true, false} {
+					useDecodeKernel = on
+					t0 := time.Now()
+					for range 10 {
+						step()
+					}
+					ms := float64(time.Since(t0).Microseconds()) / 10 / 1000
+					if on {
+						kernel = append(kernel, ms)
+					} else {
+						masked = append(masked, ms)
+					}
+				}
+			}
+			b.ReportMetric(medianOf(kernel), fmt.Sprintf("ms-step-kernel@%d-%s", rows, shape.name))
+			b.ReportMetric(medianOf(masked), fmt.Sprintf("ms-step-masked@%d-%s", rows, shape.name))
+			b.ReportMetric(medianOf(masked)/medianOf(kernel), fmt.Sprintf("speedup@%d-%s", rows, shape.name))
+			for _, c := range caches {
+				c.Free()
+			}
+		}
+		m.Close()
+	}
+}

@@ -669,6 +669,10 @@ type attnMask struct {
 	past         int
 	full         *ts.Tensor // built by all, or given (batched decode)
 	scratch      []float32  // rows' host buffer, reused block after block
+	// starts (a decode step on the CPU, DecodeBatchLogits): row b's first
+	// key in the step's keys, the ones before it its left padding; no
+	// mask tensor, attention is seedops.DecodeAttention.
+	starts []int64
 	// causal: every row is one segment from its first position, then
 	// padding, with no cache (causalRows), and the fused attention runs:
 	// all returns nil (attend then asks for is_causal and no mask: flash
@@ -941,6 +945,9 @@ func (l *block) finish(x, attn *ts.Tensor, eps float64) *ts.Tensor {
 // (the mask's rows built a block at a time); it drops nothing it was
 // given.
 func attention(q, k, v *ts.Tensor, mask *attnMask, headDim int64, dt gotch.DType, chunk int64, grouped bool) *ts.Tensor {
+	if mask != nil && mask.starts != nil {
+		return decodeAttention(q, k, v, mask.starts, headDim)
+	}
 	att := func(q, k, v, m *ts.Tensor) *ts.Tensor {
 		if grouped {
 			return attendGrouped(q, k, v, m, headDim, dt, q.MustSize()[1]/k.MustSize()[1])
@@ -1025,6 +1032,32 @@ func backwardAt(out, g *ts.Tensor) {
 	sur := must(must(out.Mul(g, true)).Sum(gotch.Float, true))
 	must0(sur.Backward())
 	drop(sur)
+}
+
+// useDecodeKernel routes batched decode steps on the CPU through
+// decodeAttention (tests and benchmarks turn it off to compare;
+// SEEDCTL_DECODE_ATTENTION=0 does it for a whole process).
+var useDecodeKernel = os.Getenv("SEEDCTL_DECODE_ATTENTION") != "0"
+
+// decodeAttention is one decode step's attention on the CPU for q
+// [B, H, 1, d] and k, v [B, H/rep, S, d], row b attending to its keys from
+// starts[b] on (seedops.DecodeAttention: one pass over each row's
+// unpadded keys and values shared by its query heads, no mask). It drops
+// nothing it was given.
+//
+// It replaced the fused op with a mask, whose CPU kernel multiplies
+// each (row, head)'s two-query block against its keys as small
+// matrix products and reads the padding too: at 64 sequences it was
+// ~60% of a decode step on the committed base (BenchmarkDecodeAttention).
+func decodeAttention(q, k, v *ts.Tensor, starts []int64, headDim int64) *ts.Tensor {
+	out, err := seedops.DecodeAttention(q.Ctensor(), k.Ctensor(), v.Ctensor(), starts, 1/math.Sqrt(float64(headDim)))
+	runtime.KeepAlive(q)
+	runtime.KeepAlive(k)
+	runtime.KeepAlive(v)
+	if err != nil {
+		panic(torchError{fmt.Errorf("%w: %w", ErrTorch, err)})
+	}
+	return ts.FromCtensor(out)
 }
 
 // attend is softmax(q·kᵀ/√d + mask)·v for q [B, H, T, d], k and v

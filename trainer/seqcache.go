@@ -566,6 +566,27 @@ func decodeGroupFor(cs []*SeqCache, layers int) *decodeGroup {
 	return g
 }
 
+// decodeMask is a decode step's attention mask: row b sees its own past
+// (the last Len(b) of smax slots) and itself. On the CPU it is each row's
+// first key (decodeAttention); elsewhere an additive mask [B, 1, 1, smax+1].
+func (m *Model) decodeMask(cs []*SeqCache, smax int) *attnMask {
+	if useDecodeKernel && !m.device.IsCuda() {
+		starts := make([]int64, len(cs))
+		for i, c := range cs {
+			starts[i] = int64(smax - c.Len())
+		}
+		return &attnMask{starts: starts}
+	}
+	vals := make([]float32, len(cs)*(smax+1))
+	neg := float32(-math.MaxFloat32)
+	for i, c := range cs {
+		for j := 0; j < smax-c.Len(); j++ {
+			vals[i*(smax+1)+j] = neg
+		}
+	}
+	return &attnMask{full: upload(vals, []int64{int64(len(cs)), 1, 1, int64(smax + 1)}, m.device)}
+}
+
 // DecodeBatch feeds one token to each sequence in a single batched forward
 // and returns each sequence's next-token logits (float32). Sequences may
 // have different lengths; all must belong to m.
@@ -609,16 +630,8 @@ func (m *Model) DecodeBatchLogits(cs []*SeqCache, ids []int) (out *StepLogits, e
 	}()
 	defer guard(&err, "batched decode")
 	b := len(cs)
-	// Row b sees its own past (the last Len(b) of smax slots) and itself.
-	vals := make([]float32, b*(smax+1))
-	neg := float32(-math.MaxFloat32)
-	for i, c := range cs {
-		for j := 0; j < smax-c.Len(); j++ {
-			vals[i*(smax+1)+j] = neg
-		}
-	}
 	withoutGrad(func() {
-		mask := &attnMask{full: upload(vals, []int64{int64(b), 1, 1, int64(smax + 1)}, m.device)}
+		mask := m.decodeMask(cs, smax)
 		g = decodeGroupFor(cs, len(m.layers))
 		g.reserve(1)
 		logits := m.run(flat, pos, int64(b), 1, mask, g)

@@ -1,4 +1,6 @@
 // See seedops.h.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -6,7 +8,11 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "seedops.h"
 
@@ -47,6 +53,230 @@ void adamw_one(at::Tensor &w, const at::Tensor &g, at::Tensor &m, at::Tensor &v,
   v.mul_(b2).addcmul_(g, g, 1 - b2);
   at::Tensor denom = v.sqrt().div_(std::sqrt(bc2)).add_(eps);
   w.addcdiv_(m, denom, -lr / bc1);
+}
+
+// ---- one decode step's attention (seed_decode_attention) -----------------
+//
+// Per (row, key/value head): the scores of its query heads against every
+// unpadded key (each key row read once for all of them), a softmax in
+// float32, then the values (each read once) accumulated in float32. The
+// x86-64 path uses AVX2 and FMA where the CPU has them (checked once at
+// run time), the portable loops elsewhere: the same arithmetic up to the
+// order of float32 additions and a polynomial exp within a few ulp.
+inline float as_float(float x) { return x; }
+inline float as_float(c10::BFloat16 x) { return static_cast<float>(x); }
+
+template <typename T>
+float dot_plain(const float *a, const T *b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; j++) acc[j] += a[i + j] * as_float(b[i + j]);
+  float s = 0;
+  for (int j = 0; j < 8; j++) s += acc[j];
+  for (; i < n; i++) s += a[i] * as_float(b[i]);
+  return s;
+}
+
+template <typename T>
+void axpy_plain(float *y, float a, const T *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] += a * as_float(x[i]);
+}
+
+// x[i] = exp(x[i] - m), returning their sum.
+float exp_sum_plain(float *x, int64_t n, float m) {
+  float s = 0;
+  for (int64_t i = 0; i < n; i++) {
+    x[i] = std::exp(x[i] - m);
+    s += x[i];
+  }
+  return s;
+}
+
+#if defined(__x86_64__)
+#define SEED_AVX2 __attribute__((target("avx2,fma")))
+
+SEED_AVX2 inline __m256 load8(const float *p) { return _mm256_loadu_ps(p); }
+SEED_AVX2 inline __m256 load8(const c10::BFloat16 *p) {
+  // bfloat16 is the high half of a float32.
+  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+SEED_AVX2 inline float hsum8(__m256 v) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_hadd_ps(lo, lo);
+  lo = _mm_hadd_ps(lo, lo);
+  return _mm_cvtss_f32(lo);
+}
+
+template <typename T>
+SEED_AVX2 float dot_avx2(const float *a, const T *b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc);
+  float s = hsum8(acc);
+  for (; i < n; i++) s += a[i] * as_float(b[i]);
+  return s;
+}
+
+template <typename T>
+SEED_AVX2 void axpy_avx2(float *y, float a, const T *x, int64_t n) {
+  __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, load8(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; i++) y[i] += a * as_float(x[i]);
+}
+
+// exp for x <= 0 (scores minus their maximum): 2^k · e^r with
+// k = round(x·log2 e), r = x − k·ln 2 (ln 2 split in two for precision),
+// e^r by Cephes' expf polynomial; below −87 it is 0, as expf underflows.
+SEED_AVX2 inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.0f);
+  __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_max_ps(x, lo);
+  __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 r2 = _mm256_mul_ps(r, r);
+  p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  return _mm256_andnot_ps(under, y);
+}
+
+SEED_AVX2 float exp_sum_avx2(float *x, int64_t n, float m) {
+  __m256 mv = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 y = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+    _mm256_storeu_ps(x + i, y);
+    acc = _mm256_add_ps(acc, y);
+  }
+  float s = hsum8(acc);
+  for (; i < n; i++) {
+    x[i] = std::exp(x[i] - m);
+    s += x[i];
+  }
+  return s;
+}
+
+std::atomic<bool> portable_only{false};
+
+bool have_avx2() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return ok && !portable_only.load();
+}
+#else
+std::atomic<bool> portable_only{false};
+bool have_avx2() { return false; }
+#endif
+
+struct PlainOps {
+  template <typename T>
+  static float dot(const float *a, const T *b, int64_t n) { return dot_plain(a, b, n); }
+  template <typename T>
+  static void axpy(float *y, float a, const T *x, int64_t n) { axpy_plain(y, a, x, n); }
+  static float exp_sum(float *x, int64_t n, float m) { return exp_sum_plain(x, n, m); }
+};
+
+// The operands of decode_attention, and its scratch per thread.
+template <typename T>
+struct DecodeArgs {
+  const T *q, *k, *v;
+  T *out;
+  int64_t H, d, KVH, S, rep;
+  int64_t qs0, qs1, ks0, ks1, ks2, vs0, vs1, vs2;
+  const int64_t *starts;
+  float scale;
+};
+
+// One row's key/value head g: its rep query heads' outputs.
+template <typename T, typename Ops>
+inline void decode_head(const DecodeArgs<T> &a, int64_t b, int64_t g, float *qf, float *acc, float *sc) {
+  const int64_t d = a.d, S = a.S, rep = a.rep, st = a.starts[b], n = S - st;
+  for (int64_t r = 0; r < rep; r++) {
+    const T *qr = a.q + b * a.qs0 + (g * rep + r) * a.qs1;
+    for (int64_t i = 0; i < d; i++) qf[r * d + i] = as_float(qr[i]) * a.scale;
+  }
+  const T *kb = a.k + b * a.ks0 + g * a.ks1;
+  for (int64_t s = st; s < S; s++) {
+    const T *row = kb + s * a.ks2;
+    for (int64_t r = 0; r < rep; r++) sc[r * S + s] = Ops::dot(qf + r * d, row, d);
+  }
+  for (int64_t r = 0; r < rep; r++) {
+    float *x = sc + r * S + st;
+    float m = x[0];
+    for (int64_t s = 1; s < n; s++) m = std::max(m, x[s]);
+    const float inv = 1.0f / Ops::exp_sum(x, n, m);
+    for (int64_t s = 0; s < n; s++) x[s] *= inv;
+  }
+  std::fill(acc, acc + rep * d, 0.0f);
+  const T *vb = a.v + b * a.vs0 + g * a.vs1;
+  for (int64_t s = st; s < S; s++) {
+    const T *row = vb + s * a.vs2;
+    for (int64_t r = 0; r < rep; r++) Ops::axpy(acc + r * d, sc[r * S + s], row, d);
+  }
+  for (int64_t r = 0; r < rep; r++) {
+    T *o = a.out + (b * a.H + g * rep + r) * d;
+    for (int64_t i = 0; i < d; i++) o[i] = static_cast<T>(acc[r * d + i]);
+  }
+}
+
+template <typename T>
+void decode_head_plain(const DecodeArgs<T> &a, int64_t b, int64_t g, float *qf, float *acc, float *sc) {
+  decode_head<T, PlainOps>(a, b, g, qf, acc, sc);
+}
+
+#if defined(__x86_64__)
+struct Avx2Ops {
+  template <typename T>
+  SEED_AVX2 static float dot(const float *a, const T *b, int64_t n) { return dot_avx2(a, b, n); }
+  template <typename T>
+  SEED_AVX2 static void axpy(float *y, float a, const T *x, int64_t n) { axpy_avx2(y, a, x, n); }
+  SEED_AVX2 static float exp_sum(float *x, int64_t n, float m) { return exp_sum_avx2(x, n, m); }
+};
+
+// flatten: decode_head and the AVX2 helpers inlined here, compiled for
+// AVX2 (a call per dot product would cost more than the product).
+template <typename T>
+SEED_AVX2 __attribute__((flatten)) void decode_head_avx2(const DecodeArgs<T> &a, int64_t b, int64_t g, float *qf,
+                                                         float *acc, float *sc) {
+  decode_head<T, Avx2Ops>(a, b, g, qf, acc, sc);
+}
+#endif
+
+template <typename T>
+void decode_attention(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const int64_t *starts,
+                      float scale, at::Tensor &out) {
+  DecodeArgs<T> a;
+  a.q = q.data_ptr<T>(), a.k = k.data_ptr<T>(), a.v = v.data_ptr<T>(), a.out = out.data_ptr<T>();
+  a.H = q.size(1), a.d = q.size(3), a.KVH = k.size(1), a.S = k.size(2), a.rep = a.H / a.KVH;
+  a.qs0 = q.stride(0), a.qs1 = q.stride(1);
+  a.ks0 = k.stride(0), a.ks1 = k.stride(1), a.ks2 = k.stride(2);
+  a.vs0 = v.stride(0), a.vs1 = v.stride(1), a.vs2 = v.stride(2);
+  a.starts = starts, a.scale = scale;
+  const bool avx2 = have_avx2();
+  at::parallel_for(0, q.size(0) * a.KVH, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<float> qf(a.rep * a.d), acc(a.rep * a.d), sc(a.rep * a.S);
+    for (int64_t idx = lo; idx < hi; idx++) {
+      const int64_t b = idx / a.KVH, g = idx % a.KVH;
+#if defined(__x86_64__)
+      if (avx2) {
+        decode_head_avx2<T>(a, b, g, qf.data(), acc.data(), sc.data());
+        continue;
+      }
+#endif
+      decode_head_plain<T>(a, b, g, qf.data(), acc.data(), sc.data());
+    }
+  });
 }
 }  // namespace
 
@@ -159,6 +389,47 @@ int seed_sdpa_causal(seed_tensor q, seed_tensor k, seed_tensor v, seed_tensor *o
   return -1;
 #endif
 }
+
+int seed_decode_attention(seed_tensor q, seed_tensor k, seed_tensor v, const int64_t *starts, int64_t n_starts, double scale,
+                          seed_tensor *out, char **err) {
+  try {
+    const at::Tensor &Q = *T(q), &K = *T(k), &V = *T(v);
+    auto bad = [&](const std::string &why) {
+      set_err(err, "decode attention: " + why);
+      return -1;
+    };
+    if (Q.dim() != 4 || K.dim() != 4 || V.dim() != 4) return bad("q, k and v must be 4-dimensional");
+    if (!Q.device().is_cpu() || !K.device().is_cpu() || !V.device().is_cpu()) return bad("CPU tensors only");
+    if (Q.scalar_type() != K.scalar_type() || Q.scalar_type() != V.scalar_type())
+      return bad("q, k and v must share a dtype");
+    const int64_t B = Q.size(0), H = Q.size(1), d = Q.size(3), KVH = K.size(1), S = K.size(2);
+    if (Q.size(2) != 1) return bad("one query per row (q [B, H, 1, d])");
+    if (K.size(0) != B || V.size(0) != B || V.size(1) != KVH || V.size(2) != S || K.size(3) != d || V.size(3) != d)
+      return bad("k and v must be [B, KVH, S, d] with q's B and d");
+    if (KVH < 1 || H % KVH != 0) return bad("query heads must be a multiple of key/value heads");
+    if (Q.stride(3) != 1 || K.stride(3) != 1 || V.stride(3) != 1) return bad("the last dimension must be contiguous");
+    if (n_starts != B) return bad("one first key per row");
+    for (int64_t b = 0; b < B; b++)
+      if (starts[b] < 0 || starts[b] >= S) return bad("a row's first key is outside its keys");
+    at::NoGradGuard no_grad;
+    at::Tensor o = at::empty({B, H, 1, d}, Q.options());
+    const float sc = static_cast<float>(scale);
+    if (Q.scalar_type() == at::kFloat) {
+      decode_attention<float>(Q, K, V, starts, sc, o);
+    } else if (Q.scalar_type() == at::kBFloat16) {
+      decode_attention<c10::BFloat16>(Q, K, V, starts, sc, o);
+    } else {
+      return bad("float32 or bfloat16 only");
+    }
+    *out = new at::Tensor(o);
+    return 0;
+  } catch (const std::exception &e) {
+    set_err(err, std::string("decode attention: ") + msg(e));
+    return -1;
+  }
+}
+
+int seed_decode_attention_portable(int on) { return portable_only.exchange(on != 0) ? 1 : 0; }
 
 int seed_profile_start(int cuda, char **err) {
 #if defined(SEEDCTL_PROFILER)

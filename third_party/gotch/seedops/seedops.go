@@ -1,6 +1,6 @@
 // Package seedops is seedctl's binding of its own libtorch calls
 // (seedops.h): the optimizer step in C++ and causal attention without a
-// mask. scripts/prepare-gotch.sh copies it into gotch's tree as
+// mask, one decode step's attention. scripts/prepare-gotch.sh copies it into gotch's tree as
 // libtch/seedops with libtch's cgo flags.
 package seedops
 
@@ -114,4 +114,30 @@ func ProfileStop(path string) error {
 		return opsErr(cerr)
 	}
 	return nil
+}
+
+// DecodeAttention is one decode step's attention on the CPU
+// (seed_decode_attention): q [B, H, 1, d], k and v [B, KVH, S, d], row b
+// attending to its keys from starts[b] on; a new tensor handle [B, H, 1, d].
+func DecodeAttention(q, k, v unsafe.Pointer, starts []int64, scale float64) (unsafe.Pointer, error) {
+	if len(starts) == 0 {
+		return nil, errors.New("decode attention: no rows")
+	}
+	var out C.seed_tensor
+	var cerr *C.char
+	if C.seed_decode_attention(C.seed_tensor(q), C.seed_tensor(k), C.seed_tensor(v), (*C.int64_t)(unsafe.Pointer(&starts[0])), C.int64_t(len(starts)), C.double(scale), &out, &cerr) != 0 {
+		return nil, opsErr(cerr)
+	}
+	return unsafe.Pointer(out), nil
+}
+
+// DecodeAttentionPortable makes DecodeAttention use its portable loops
+// even where the CPU has AVX2 (tests compare both); it returns the
+// previous setting.
+func DecodeAttentionPortable(on bool) bool {
+	c := 0
+	if on {
+		c = 1
+	}
+	return C.seed_decode_attention_portable(C.int(c)) == 1
 }

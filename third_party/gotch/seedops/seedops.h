@@ -58,6 +58,23 @@ int seed_optim_adamw(seed_tensor *params, seed_tensor *master, seed_tensor *exp,
 // or -1 with *err (libtorch 1.x has no such op).
 int seed_sdpa_causal(seed_tensor q, seed_tensor k, seed_tensor v, seed_tensor *out, char **err);
 
+// One decode step's attention on the CPU: for q [B, H, 1, d] and k, v
+// [B, KVH, S, d] (starts: n_starts = B values; H a multiple of KVH; query head h reads key/value head
+// h / (H / KVH); the last dimension contiguous, the others any stride),
+// out[b, h] = softmax(scale · q[b, h]·k[b, g, s] for s in [starts[b], S)) ·
+// v[b, g, starts[b]:]: the columns before starts[b] (a row's left padding)
+// are skipped, not masked. float32 or bfloat16 (all three alike), float32
+// arithmetic; each key and value row is read once for all the query heads
+// that share it. *out is a new [B, H, 1, d] tensor in q's dtype. Returns 0,
+// or -1 with *err.
+int seed_decode_attention(seed_tensor q, seed_tensor k, seed_tensor v, const int64_t *starts, int64_t n_starts, double scale,
+                          seed_tensor *out, char **err);
+
+// Makes seed_decode_attention use its portable loops even where the CPU
+// has AVX2 (on != 0), or not (tests compare both); returns the previous
+// setting.
+int seed_decode_attention_portable(int on);
+
 // Starts libtorch's profiler on the calling thread (and the autograd
 // threads it hands work to): CPU ops, and CUDA kernels and copies when
 // cuda. The caller keeps its work on this thread (Go: LockOSThread) until
