@@ -123,6 +123,7 @@ bench-throughput:
       go test ./trainer -run '^$' -bench BLASCore -benchtime 2x
       go test ./trainer -run '^$' -bench DataParallelStep -benchtime 10x
       go test ./trainer -run '^$' -bench GroupedAttention -benchtime 3x
+      go test ./trainer -run '^$' -bench 'DecodeAttention' -benchtime 1x
       go test ./inference/server -run '^$' -bench Serve -benchtime 1x
       go test ./inference/server -run '^$' -bench SampleQwenVocab -benchtime 20x
       go test ./inference/server -run '^$' -bench SamplingInLibtorch -benchtime 3x

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,9 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sugarme/gotch"
+	"github.com/sugarme/gotch/ts"
 )
 
 // benchConfig is a small Qwen2 model (≈3.7M parameters) that fits the CPU.
@@ -682,4 +686,55 @@ func BenchmarkDecodeAttention(b *testing.B) {
 		}
 		m.Close()
 	}
+}
+
+// BenchmarkDecodeAttentionOp: one layer's decode attention alone at 64
+// rows of the committed base's shape (4 query heads over 2 key/value
+// heads, head_dim 32, 320 cached keys, each row's first 10% padding), the
+// kernel (decodeAttention) against the masked form it replaced
+// (attendOneQuery with the additive mask), alternating rounds of 200
+// calls; µs per call, medians, and their ratio.
+//
+//	go test ./trainer -run '^$' -bench DecodeAttentionOp -benchtime 1x
+func BenchmarkDecodeAttentionOp(b *testing.B) {
+	const rows, kvh, rep, s, d = 64, 2, 2, 320, 32
+	withoutGrad(func() {
+		q := must(ts.Randn([]int64{rows, kvh * rep, 1, d}, gotch.Float, gotch.CPU))
+		k := must(ts.Randn([]int64{rows, kvh, s, d}, gotch.Float, gotch.CPU))
+		v := must(ts.Randn([]int64{rows, kvh, s, d}, gotch.Float, gotch.CPU))
+		starts := make([]int64, rows)
+		mv := make([]float32, rows*s)
+		for r := range starts {
+			starts[r] = int64(r % (s / 10))
+			for j := 0; j < int(starts[r]); j++ {
+				mv[r*s+j] = float32(-math.MaxFloat32)
+			}
+		}
+		mask := upload(mv, []int64{rows, 1, 1, s}, gotch.CPU)
+		defer drop(q, k, v, mask)
+		var kernel, masked []float64
+		for range 5 * b.N {
+			for _, on := range []bool{true, false} {
+				t0 := time.Now()
+				for range 200 {
+					var out *ts.Tensor
+					if on {
+						out = decodeAttention(q, k, v, starts, d)
+					} else {
+						out = attendOneQuery(q, k, v, mask, d, gotch.Float, rows, kvh, rep, d)
+					}
+					drop(out)
+				}
+				us := float64(time.Since(t0).Microseconds()) / 200
+				if on {
+					kernel = append(kernel, us)
+				} else {
+					masked = append(masked, us)
+				}
+			}
+		}
+		b.ReportMetric(medianOf(kernel), "us-kernel")
+		b.ReportMetric(medianOf(masked), "us-masked")
+		b.ReportMetric(medianOf(masked)/medianOf(kernel), "speedup")
+	})
 }

@@ -1045,10 +1045,12 @@ var useDecodeKernel = os.Getenv("SEEDCTL_DECODE_ATTENTION") != "0"
 // unpadded keys and values shared by its query heads, no mask). It drops
 // nothing it was given.
 //
-// It replaced the fused op with a mask, whose CPU kernel multiplies
-// each (row, head)'s two-query block against its keys as small
-// matrix products and reads the padding too: at 64 sequences it was
-// ~60% of a decode step on the committed base (BenchmarkDecodeAttention).
+// It replaced the fused op with a mask (libtorch 2.x; 1.13: products and
+// sums over the padded cache), whose CPU kernel multiplies each (row,
+// head)'s block of query heads against its keys as small matrix products
+// and reads the padding too: at 64 sequences on the committed base that
+// was about half of the embedded server's decode step (Go's profile of
+// the server; docs/benchmarks.md, "A decode attention of our own").
 func decodeAttention(q, k, v *ts.Tensor, starts []int64, headDim int64) *ts.Tensor {
 	out, err := seedops.DecodeAttention(q.Ctensor(), k.Ctensor(), v.Ctensor(), starts, 1/math.Sqrt(float64(headDim)))
 	runtime.KeepAlive(q)
