@@ -539,16 +539,7 @@ func BenchmarkDecodeStepParts(b *testing.B) {
 		}
 		rng := rand.New(rand.NewPCG(1, 1))
 		for _, rows := range []int{1, 64} {
-			caches, next := make([]*SeqCache, rows), make([]int, rows)
-			for i := range caches {
-				p := randomPrompt(rng, 256)
-				caches[i] = m.NewSeqCache()
-				last, err := m.Extend(caches[i], p)
-				if err != nil {
-					b.Fatal(err)
-				}
-				next[i] = argmax(last)
-			}
+			caches, next := benchCaches(b, m, rows, func() []int { return randomPrompt(rng, 256) })
 			specs := make([]DrawSpec, rows)
 			for i := range specs {
 				specs[i] = DrawSpec{Temperature: 1}
@@ -587,6 +578,21 @@ func BenchmarkDecodeStepParts(b *testing.B) {
 		}
 		m.Close()
 	}
+}
+
+// benchCaches prefills rows caches, one prompt each, and returns them
+// with each one's greedy next token.
+func benchCaches(b *testing.B, m *Model, rows int, prompt func() []int) ([]*SeqCache, []int) {
+	caches, next := make([]*SeqCache, rows), make([]int, rows)
+	for i := range caches {
+		caches[i] = m.NewSeqCache()
+		last, err := m.Extend(caches[i], prompt())
+		if err != nil {
+			b.Fatal(err)
+		}
+		next[i] = argmax(last)
+	}
+	return caches, next
 }
 
 // vllmCompareConfig is the vLLM comparison's checkpoint shape
@@ -638,19 +644,13 @@ func BenchmarkDecodeAttention(b *testing.B) {
 		}
 		rng := rand.New(rand.NewPCG(1, 1))
 		for _, rows := range []int{1, 64} {
-			caches, next := make([]*SeqCache, rows), make([]int, rows)
-			for i := range caches {
+			caches, next := benchCaches(b, m, rows, func() []int {
 				p := make([]int, 256)
 				for k := range p {
 					p[k] = rng.IntN(shape.cfg.VocabSize)
 				}
-				caches[i] = m.NewSeqCache()
-				last, err := m.Extend(caches[i], p)
-				if err != nil {
-					b.Fatal(err)
-				}
-				next[i] = argmax(last)
-			}
+				return p
+			})
 			step := func() {
 				logits, err := m.DecodeBatch(caches, next)
 				if err != nil {

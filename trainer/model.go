@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/libtch/seedops"
@@ -1053,9 +1054,14 @@ var useDecodeKernel = os.Getenv("SEEDCTL_DECODE_ATTENTION") != "0"
 // the server; docs/benchmarks.md, "A decode attention of our own").
 func decodeAttention(q, k, v *ts.Tensor, starts []int64, headDim int64) *ts.Tensor {
 	out, err := seedops.DecodeAttention(q.Ctensor(), k.Ctensor(), v.Ctensor(), starts, 1/math.Sqrt(float64(headDim)))
-	runtime.KeepAlive(q)
-	runtime.KeepAlive(k)
-	runtime.KeepAlive(v)
+	return seedopsResult(out, err, q, k, v)
+}
+
+// seedopsResult is the tensor a seedops call returned (panicking with its
+// error as the other libtorch calls do), keeping its operands alive until
+// the call has returned.
+func seedopsResult(out unsafe.Pointer, err error, operands ...*ts.Tensor) *ts.Tensor {
+	runtime.KeepAlive(operands)
 	if err != nil {
 		panic(torchError{fmt.Errorf("%w: %w", ErrTorch, err)})
 	}
@@ -1072,13 +1078,7 @@ func decodeAttention(q, k, v *ts.Tensor, starts []int64, headDim int64) *ts.Tens
 func attend(q, k, v, mask *ts.Tensor, headDim int64, dt gotch.DType) *ts.Tensor {
 	if mask == nil { // causal alone (attnMask.causal; only where the fused op exists)
 		out, err := seedops.CausalAttention(q.Ctensor(), k.Ctensor(), v.Ctensor())
-		runtime.KeepAlive(q)
-		runtime.KeepAlive(k)
-		runtime.KeepAlive(v)
-		if err != nil {
-			panic(torchError{fmt.Errorf("%w: %w", ErrTorch, err)})
-		}
-		return ts.FromCtensor(out)
+		return seedopsResult(out, err, q, k, v)
 	}
 	if sdpaAvailable() {
 		m := mask
