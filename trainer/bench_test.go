@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
@@ -737,4 +738,71 @@ func BenchmarkDecodeAttentionOp(b *testing.B) {
 		b.ReportMetric(medianOf(masked), "us-masked")
 		b.ReportMetric(medianOf(masked)/medianOf(kernel), "speedup")
 	})
+}
+
+// BenchmarkDecodeTrace: libtorch's own trace (Model.Profile, Kineto:
+// libtorch 2.x) of two decode steps of the committed base's shape at 1
+// and 64 sequences after 256-token prompts, in float32 and bfloat16,
+// written to $SEEDCTL_TRACE_DIR/decode-DTYPE-ROWS.json, with each
+// configuration's mean step over 20 untraced steps; compare two traces
+// with scripts/gpu/trace_summary.py A.json B.json.
+//
+//	SEEDCTL_TRACE_DIR=DIR ./scripts/test-torch2.sh ./trainer -run '^$' -bench DecodeTrace -benchtime 1x
+func BenchmarkDecodeTrace(b *testing.B) {
+	dir := os.Getenv("SEEDCTL_TRACE_DIR")
+	if dir == "" {
+		b.Skip("SEEDCTL_TRACE_DIR is not set")
+	}
+	cfg, err := LoadModelConfig("../basemodel/committed/household-tiny/config.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, dt := range []string{"float32", "bfloat16"} {
+		m, err := InitRandom(cfg, ModelOptions{DType: dt}, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(1, 1))
+		for _, rows := range []int{1, 64} {
+			caches, next := benchCaches(b, m, rows, func() []int {
+				p := make([]int, 256)
+				for k := range p {
+					p[k] = rng.IntN(cfg.VocabSize)
+				}
+				return p
+			})
+			step := func() error {
+				logits, err := m.DecodeBatch(caches, next)
+				for i := range logits {
+					next[i] = argmax(logits[i])
+				}
+				return err
+			}
+			for range 3 {
+				if err := step(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			t0 := time.Now()
+			for range 20 * b.N {
+				if err := step(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(time.Since(t0).Microseconds())/float64(20*b.N)/1000, fmt.Sprintf("ms-step@%d-%s", rows, dt))
+			path := filepath.Join(dir, fmt.Sprintf("decode-%s-%d.json", dt, rows))
+			if err := m.Profile(path, func() error {
+				if err := step(); err != nil {
+					return err
+				}
+				return step()
+			}); err != nil {
+				b.Fatal(err)
+			}
+			for _, c := range caches {
+				c.Free()
+			}
+		}
+		m.Close()
+	}
 }
