@@ -596,6 +596,15 @@ func benchCaches(b *testing.B, m *Model, rows int, prompt func() []int) ([]*SeqC
 	return caches, next
 }
 
+// randomIDs is n ids drawn uniformly from a vocabulary of vocab.
+func randomIDs(rng *rand.Rand, vocab, n int) []int {
+	p := make([]int, n)
+	for k := range p {
+		p[k] = rng.IntN(vocab)
+	}
+	return p
+}
+
 // vllmCompareConfig is the vLLM comparison's checkpoint shape
 // (BenchmarkVLLMDecode): Qwen2, hidden 128, 2 layers, head_dim 64, untied,
 // Qwen3's 151,669-token vocabulary.
@@ -645,13 +654,7 @@ func BenchmarkDecodeAttention(b *testing.B) {
 		}
 		rng := rand.New(rand.NewPCG(1, 1))
 		for _, rows := range []int{1, 64} {
-			caches, next := benchCaches(b, m, rows, func() []int {
-				p := make([]int, 256)
-				for k := range p {
-					p[k] = rng.IntN(shape.cfg.VocabSize)
-				}
-				return p
-			})
+			caches, next := benchCaches(b, m, rows, func() []int { return randomIDs(rng, shape.cfg.VocabSize, 256) })
 			step := func() {
 				logits, err := m.DecodeBatch(caches, next)
 				if err != nil {
@@ -764,13 +767,7 @@ func BenchmarkDecodeTrace(b *testing.B) {
 		}
 		rng := rand.New(rand.NewPCG(1, 1))
 		for _, rows := range []int{1, 64} {
-			caches, next := benchCaches(b, m, rows, func() []int {
-				p := make([]int, 256)
-				for k := range p {
-					p[k] = rng.IntN(cfg.VocabSize)
-				}
-				return p
-			})
+			caches, next := benchCaches(b, m, rows, func() []int { return randomIDs(rng, cfg.VocabSize, 256) })
 			step := func() error {
 				logits, err := m.DecodeBatch(caches, next)
 				for i := range logits {
