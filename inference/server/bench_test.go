@@ -266,3 +266,32 @@ func median(xs []float64) float64 {
 	sort.Float64s(s)
 	return s[len(s)/2]
 }
+
+// BenchmarkServeCommittedBase: the embedded default's committed base
+// served at 1 and 64 concurrent requests of 256 prompt and 128 new tokens
+// (EOS ignored, T = 1), as BenchmarkVLLMDecode serves it beside vLLM but
+// without vLLM, for profiling the server (-cpuprofile; with
+// SEEDCTL_DECODE_ATTENTION=0 the decode steps attend as before the CPU
+// kernel).
+//
+//	go test ./inference/server -run '^$' -bench ServeCommittedBase -benchtime 1x -cpuprofile cpu.out
+func BenchmarkServeCommittedBase(b *testing.B) {
+	s := benchServerAt(b, "../../basemodel/committed/household-tiny", nil)
+	vocab := s.eng.snap().model.Config().VocabSize
+	p := parsedGen{maxTokens: 128, n: 1, ignoreEOS: true, params: samplingParams{Temperature: 1, TopP: 1}}
+	prompt := func(c int) []int {
+		q := make([]int, 256)
+		for i := range q {
+			q[i] = (i*37 + 11 + c*7) % (vocab - 10)
+		}
+		return q
+	}
+	for _, conc := range []int{1, 64} {
+		var rate, lat float64
+		for range b.N {
+			rate, lat = serveConcurrent(b, s, conc, p, prompt)
+		}
+		b.ReportMetric(rate, fmt.Sprintf("tok/s@%d", conc))
+		b.ReportMetric(1000*lat, fmt.Sprintf("ms/token@%d", conc))
+	}
+}
