@@ -351,6 +351,13 @@ type RLConfig struct {
 	Outcome string `json:"outcome"`
 	// AdvEps is ε in A = (r − mean)/(std + ε).
 	AdvEps float64 `json:"adv_eps"`
+	// RejectedCost is taken off the GRPO advantage of every step whose
+	// action the environment rejected ("Nothing happens."), after the
+	// group normalisation (ours; the public code has none). Unlike an
+	// invalid-step penalty in the reward, which std normalisation turns
+	// into a full-size advantage in groups where nobody won, it stays this
+	// size: a small push away from rejected actions beside the outcome's.
+	RejectedCost float64 `json:"rejected_cost,omitempty"`
 	// AdvNorm is "std" (GRPO, the default) or "none" (mean only: verl's
 	// norm_adv_by_std_in_grpo=False, the reference WebShop script).
 	AdvNorm string `json:"adv_norm,omitempty"`
@@ -827,7 +834,7 @@ func (c Config) StepLR(k, b, nb, s int) float64 {
 
 // advantageParams are the run's GRPO advantage settings.
 func (c Config) advantageParams() AdvantageParams {
-	return AdvantageParams{Mode: c.RL.Advantage, Norm: c.RL.AdvNorm, Outcome: c.RL.Outcome, Scale: c.RL.RewardScale, Penalty: c.Rollout.InvalidPenalty, Eps: c.RL.AdvEps}
+	return AdvantageParams{Mode: c.RL.Advantage, Norm: c.RL.AdvNorm, Outcome: c.RL.Outcome, Scale: c.RL.RewardScale, Penalty: c.Rollout.InvalidPenalty, Eps: c.RL.AdvEps, RejectedCost: c.RL.RejectedCost}
 }
 
 // referenceMiniBatchRows is the public SEED scripts' ppo_mini_batch_size
@@ -873,6 +880,9 @@ func (c Config) Recipe() []string {
 	add("advantage %s%s, normalisation %s%s, outcome %s%s", rl.Advantage, src(rl.Advantage == AdvStepRows, "public code"),
 		rl.AdvNorm, src(rl.AdvNorm == AdvNormStd || c.Env.Name == "webshop", "public code"), rl.Outcome, src(rl.Outcome == OutcomeSuccess, "public code"))
 	add("reward %g·outcome − %g per invalid step%s", rl.RewardScale, c.Rollout.InvalidPenalty, src(rl.RewardScale == 10 && c.Rollout.InvalidPenalty == 0.1, "public code"))
+	if rl.RejectedCost != 0 {
+		add("advantage − %g on every step the environment rejected, after the normalisation (ours)", rl.RejectedCost)
+	}
 	if c.Rollout.Invalid == rollout.InvalidFormat {
 		think := ""
 		if c.Rollout.RequireThink {

@@ -568,3 +568,41 @@ func TestPlateaued(t *testing.T) {
 		t.Errorf("a new best resets the count: %q", why)
 	}
 }
+
+// The rejected-action cost comes off after the normalisation: in a group
+// where nobody won, rejected steps get exactly −cost and the others 0 (an
+// invalid-step penalty in the reward would make them ±1-sized there), and
+// in a mixed group each rejected step sits cost below its unrejected twin.
+func TestStepAdvantagesRejectedCost(t *testing.T) {
+	p := AdvantageParams{Mode: AdvStepRows, Norm: AdvNormStd, Outcome: OutcomeSuccess, Scale: 10, Penalty: 0.1, Eps: 1e-6}
+	build := func() []*rollout.Trajectory {
+		lose1, lose2 := stepTraj("l1", 0, false, 3), stepTraj("l2", 0, false, 2)
+		lose1.Steps[1].Rejected = true
+		win, lose := stepTraj("w", 1, true, 3), stepTraj("l", 1, false, 2)
+		win.Steps[0].Rejected = true
+		noRow := stepTraj("n", 1, false, 2)
+		noRow.Steps[1].ResponseIDs, noRow.Steps[1].Rejected = nil, true
+		return []*rollout.Trajectory{lose1, lose2, win, lose, noRow}
+	}
+	base, _ := StepAdvantages(build(), p)
+	p.RejectedCost = 0.25
+	got, gs := StepAdvantages(build(), p)
+	want := map[string][]float64{
+		"l1": {0, -0.25, 0}, "l2": {0, 0},
+		"w": {base["w"][0] - 0.25, base["w"][1], base["w"][2]},
+		"l": base["l"], "n": base["n"],
+	}
+	for id, w := range want {
+		for i := range w {
+			if math.Abs(got[id][i]-w[i]) > 1e-12 {
+				t.Errorf("A[%s][%d] = %v, want %v", id, i, got[id][i], w[i])
+			}
+		}
+	}
+	if base["w"][0] <= 0 || base["w"][0] != base["w"][1] {
+		t.Errorf("without the cost the winner's steps share one positive advantage, got %v", base["w"])
+	}
+	if gs.Flat != 0.5 || gs.FlatFailing != 0.5 {
+		t.Errorf("group stats %+v: the cost must not change which groups are flat", gs)
+	}
+}

@@ -51,6 +51,9 @@ type AdvantageParams struct {
 	Scale   float64 // reward for a full outcome (reference 10)
 	Penalty float64 // per invalid step (reference 0.1)
 	Eps     float64 // ε of the std normalisation
+	// RejectedCost is taken off the normalised advantage of every step
+	// whose action the environment rejected (ours; 0 in the public code).
+	RejectedCost float64
 }
 
 // GroupStats describe the iteration's GRPO groups: Flat is the share of
@@ -85,7 +88,10 @@ func hasRow(s rollout.Step) bool { return len(s.ResponseIDs) > 0 }
 // tokens gets 0). Episodes whose environment broke are left out of the
 // statistics and get no advantages: they are not evidence. Statistics use
 // the unbiased std as verl's GRPO does; a group whose rewards are all equal
-// gets exactly 0 (not the rounding residue of r − mean).
+// gets exactly 0 (not the rounding residue of r − mean). A step the
+// environment rejected then loses p.RejectedCost: after the normalisation,
+// so the charge keeps its size in groups where nobody won instead of
+// being blown up to a full-size advantage by their tiny std.
 func StepAdvantages(trajs []*rollout.Trajectory, p AdvantageParams) (map[string][]float64, GroupStats) {
 	out := map[string][]float64{}
 	var gs GroupStats
@@ -154,6 +160,9 @@ func StepAdvantages(trajs []*rollout.Trajectory, p AdvantageParams) (map[string]
 			for i, u := range unit[m] {
 				if u >= 0 {
 					a[i] = adv[u]
+				}
+				if p.RejectedCost != 0 && t.Steps[i].Rejected && hasRow(t.Steps[i]) {
+					a[i] -= p.RejectedCost
 				}
 			}
 			out[t.ID] = a

@@ -374,6 +374,7 @@ func (r RLConfig) rules() []rule {
 			return when(r.ClipRatioC != 0 && !(r.ClipRatioC > 1), func() error { return bad("rl.clip_ratio_c", r.ClipRatioC, "must be 0 (off) or above 1") })
 		}},
 		atLeast("rl.entropy_coef", r.EntropyCoef, 0, "must be >= 0"),
+		atLeast("rl.rejected_cost", r.RejectedCost, 0, "must be >= 0"),
 		oneOf("rl.drop_flat", r.DropFlat, "", DropZeroAdvantage, DropNoSignal),
 		oneOf("rl.distill_form", r.DistillForm, "", "gated_nll", "signed"),
 		atLeast("rl.delta_clip", r.DeltaClip, 0, "must be >= 0 (0: 5 nats)"),

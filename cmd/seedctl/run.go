@@ -155,6 +155,7 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-steps", Usage: "episode step limit (training and eval)"},
 			&cli.StringFlag{Name: "invalid", Usage: "what makes a step invalid: format (the reply lacks its action tag or holds CJK characters: the public code's) or env (also actions the environment rejects)"},
 			&cli.Float64Flag{Name: "invalid-penalty", Usage: "reward taken off per invalid step (the public code: 0.1 against a success reward of 10)"},
+			&cli.Float64Flag{Name: "rejected-cost", Usage: "taken off the normalised advantage of every step the environment rejected (ours; 0: none, as the public code)"},
 			&cli.Float64Flag{Name: "eval-sampled-temperature", Usage: "also play eval_seen sampled at this temperature beside the greedy eval (0: not)"},
 			&cli.StringFlag{Name: "update", Usage: "stage-2 update: public (the public SEED code's, the default) or legacy (seedctl's before it: trajectory returns, one step per iteration; to compare)"},
 			envOptFlag(),
@@ -295,6 +296,9 @@ func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) error {
 	}
 	if c.IsSet("invalid-penalty") {
 		cfg.Rollout.InvalidPenalty = c.Float64("invalid-penalty")
+	}
+	if c.IsSet("rejected-cost") {
+		cfg.RL.RejectedCost = c.Float64("rejected-cost")
 	}
 	if c.IsSet("eval-sampled-temperature") {
 		cfg.Eval.SampledTemperature = c.Float64("eval-sampled-temperature")
