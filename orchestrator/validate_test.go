@@ -87,6 +87,7 @@ var ruleCases = map[string]func(c *Config){
 	"rl.adv_norm":         func(c *Config) { c.RL.AdvNorm = "max" },
 	"rl.clip_ratio_c":     func(c *Config) { c.RL.ClipRatioC = 0.5 },
 	"rl.entropy_coef":     func(c *Config) { c.RL.EntropyCoef = -0.001 },
+	"rl.rejected_cost":    func(c *Config) { c.RL.RejectedCost = -0.1 },
 	"rl.drop_flat":        func(c *Config) { c.RL.DropFlat = "all" },
 	"rl.term_grads_every": func(c *Config) { c.RL.TermGradsEvery = -1 },
 	"rl.distill_form":     func(c *Config) { c.RL.DistillForm = "forward_kl" },
