@@ -216,8 +216,8 @@ const DistillBaselineShuffled = "shuffled"
 
 // Stage-2 updates (UseUpdate).
 const (
-	// UpdatePublic is the public SEED code's update (its ALFWorld
-	// script's: the embedded default's, but for the std normalisation).
+	// UpdatePublic is the public SEED code's update (the default's, but
+	// for the embedded default's invalid-action penalty, 0 there).
 	UpdatePublic = "public"
 	// UpdateLegacy is seedctl's update before it followed the public code:
 	// one trajectory return (success − nothing for invalid steps) copied
@@ -232,10 +232,9 @@ func (c *Config) UseUpdate(name string) error {
 	case UpdatePublic:
 		d := Default()
 		c.RL.Advantage, c.RL.RewardScale, c.RL.Outcome, c.Rollout.InvalidPenalty = d.RL.Advantage, d.RL.RewardScale, d.RL.Outcome, 0.1
-		c.RL.AdvNorm = AdvNormStd
 		c.RL.MiniBatchRows, c.RL.MiniBatches, c.RL.ClipRatioC, c.RL.EntropyCoef, c.RL.DropFlat = d.RL.MiniBatchRows, d.RL.MiniBatches, d.RL.ClipRatioC, d.RL.EntropyCoef, d.RL.DropFlat
 	case UpdateLegacy:
-		c.RL.Advantage, c.RL.RewardScale, c.RL.Outcome, c.Rollout.InvalidPenalty, c.RL.AdvNorm = AdvTrajectory, 1, OutcomeEnv, 0, AdvNormStd
+		c.RL.Advantage, c.RL.RewardScale, c.RL.Outcome, c.Rollout.InvalidPenalty = AdvTrajectory, 1, OutcomeEnv, 0
 		c.RL.MiniBatchRows, c.RL.MiniBatches, c.RL.ClipRatioC, c.RL.EntropyCoef, c.RL.DropFlat = 0, 1, 0, 0, DropNoSignal
 	default:
 		return fmt.Errorf("update %q: want %q or %q", name, UpdatePublic, UpdateLegacy)
@@ -359,7 +358,7 @@ type RLConfig struct {
 	// into a full-size advantage in groups where nobody won, it stays this
 	// size: a small push away from rejected actions beside the outcome's.
 	RejectedCost float64 `json:"rejected_cost,omitempty"`
-	// AdvNorm is "std" (GRPO's; the GPU configs') or "none" (mean only: verl's
+	// AdvNorm is "std" (GRPO, the default) or "none" (mean only: verl's
 	// norm_adv_by_std_in_grpo=False, the reference WebShop script).
 	AdvNorm string `json:"adv_norm,omitempty"`
 	// ClipRatioC is dual-clip's c (verl's clip_ratio_c; reference 3): for
@@ -647,16 +646,9 @@ func Default() Config {
 	// rows, reward 10·success − 0.1 per invalid step, 256 rows per
 	// mini-batch (its ALFWorld value; about 4 optimizer steps per
 	// iteration here), dual-clip c=3, entropy bonus 0.001, every row kept.
-	// One exception: advantages are mean-only (A = r − mean, the public
-	// WebShop script's normalisation; its ALFWorld script divides by the
-	// std too). On the committed base, seeds 1–4, greedy eval_seen gained
-	// +2.0, +11.0, +12.5, +4.0 against +3.0, +9.0, +8.0, +3.0 with the
-	// std, and a group where nobody won no longer turns a 0.1 penalty
-	// into a full-size advantage (docs/experiments.md, "Mean-only
-	// advantages"). The GPU configs (configs/) keep the public code's.
 	c.RL = RLConfig{Lambda: 0.01, Beta: 5, KLCoef: 0.01, KLClamp: 10, ClipEps: 0.2, LR: 2e-4, WeightDecay: 0, ClipNorm: 1,
 		MiniBatchRows: 256, MicroBatchTokens: 8192, MaxRefusals: 3,
-		Advantage: AdvStepRows, RewardScale: 10, Outcome: OutcomeSuccess, AdvEps: 1e-6, AdvNorm: AdvNormNone, ClipRatioC: 3, EntropyCoef: 0.001}
+		Advantage: AdvStepRows, RewardScale: 10, Outcome: OutcomeSuccess, AdvEps: 1e-6, AdvNorm: AdvNormStd, ClipRatioC: 3, EntropyCoef: 0.001}
 	// 200 tasks per split for the base and the final eval: a 50-task eval's
 	// success moves by ±6 points (one binomial std at 20%) between
 	// equivalent checkpoints, 200 tasks' by ±3, and the run's headline is

@@ -303,7 +303,7 @@ func TestEvalProtocol(t *testing.T) {
 }
 
 // The legacy update is reachable by name and valid; switching back gives
-// the public code's update.
+// the default's update.
 func TestUseUpdate(t *testing.T) {
 	cfg := validConfig()
 	if err := cfg.UseUpdate(UpdateLegacy); err != nil {
@@ -319,15 +319,8 @@ func TestUseUpdate(t *testing.T) {
 	if err := cfg.UseUpdate(UpdatePublic); err != nil {
 		t.Fatal(err)
 	}
-	// The public update is the default's but for the std normalisation
-	// (the public ALFWorld script's; the embedded default's is mean-only).
-	d := validConfig()
-	if d.RL.AdvNorm != AdvNormNone || rl.AdvNorm != AdvNormStd {
-		t.Errorf("normalisations: default %q, legacy %q; want none and std", d.RL.AdvNorm, rl.AdvNorm)
-	}
-	d.RL.AdvNorm = AdvNormStd
-	if fmt.Sprint(cfg.RL) != fmt.Sprint(d.RL) || cfg.Rollout.InvalidPenalty != 0.1 {
-		t.Errorf("public update %+v with penalty %v, want the default's %+v (std) with the public code's 0.1", cfg.RL, cfg.Rollout.InvalidPenalty, d.RL)
+	if d := validConfig(); fmt.Sprint(cfg.RL) != fmt.Sprint(d.RL) || cfg.Rollout.InvalidPenalty != 0.1 {
+		t.Errorf("public update %+v with penalty %v, want the default's %+v with the public code's 0.1", cfg.RL, cfg.Rollout.InvalidPenalty, d.RL)
 	}
 	if cfg.UseUpdate("fancy") == nil {
 		t.Error("unknown update accepted")
