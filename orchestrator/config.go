@@ -358,6 +358,16 @@ type RLConfig struct {
 	// into a full-size advantage in groups where nobody won, it stays this
 	// size: a small push away from rejected actions beside the outcome's.
 	RejectedCost float64 `json:"rejected_cost,omitempty"`
+	// StepGroupWeight > 0 adds GiGPO's step-level advantage (Feng et al.
+	// 2025, verl-agent's gigpo; not SEED's public code), this many times,
+	// to each step's: the steps of a task's group that act from the same
+	// environment state (the same last observation; a rejected action
+	// changes nothing) form a step group, and their discounted returns
+	// (γ = gamma) are normalised within it as rl.adv_norm says. It credits
+	// actions within an episode — which place to search first, taking the
+	// object in view — where the episode's outcome credits all its steps
+	// alike. GiGPO's reference weight is 1. 0: off.
+	StepGroupWeight float64 `json:"step_group_weight,omitempty"`
 	// AdvNorm is "std" (GRPO, the default) or "none" (mean only: verl's
 	// norm_adv_by_std_in_grpo=False, the reference WebShop script).
 	AdvNorm string `json:"adv_norm,omitempty"`
@@ -834,7 +844,8 @@ func (c Config) StepLR(k, b, nb, s int) float64 {
 
 // advantageParams are the run's GRPO advantage settings.
 func (c Config) advantageParams() AdvantageParams {
-	return AdvantageParams{Mode: c.RL.Advantage, Norm: c.RL.AdvNorm, Outcome: c.RL.Outcome, Scale: c.RL.RewardScale, Penalty: c.Rollout.InvalidPenalty, Eps: c.RL.AdvEps, RejectedCost: c.RL.RejectedCost}
+	return AdvantageParams{Mode: c.RL.Advantage, Norm: c.RL.AdvNorm, Outcome: c.RL.Outcome, Scale: c.RL.RewardScale, Penalty: c.Rollout.InvalidPenalty, Eps: c.RL.AdvEps, RejectedCost: c.RL.RejectedCost,
+		StepWeight: c.RL.StepGroupWeight, Gamma: c.Gamma}
 }
 
 // referenceMiniBatchRows is the public SEED scripts' ppo_mini_batch_size
@@ -882,6 +893,9 @@ func (c Config) Recipe() []string {
 	add("reward %g·outcome − %g per invalid step%s", rl.RewardScale, c.Rollout.InvalidPenalty, src(rl.RewardScale == 10 && c.Rollout.InvalidPenalty == 0.1, "public code"))
 	if rl.RejectedCost != 0 {
 		add("advantage − %g on every step the environment rejected, after the normalisation (ours)", rl.RejectedCost)
+	}
+	if rl.StepGroupWeight > 0 {
+		add("+ %g × GiGPO's step-level advantage: discounted returns (γ %g) normalised over the steps of a group that act from the same state (GiGPO; not the public SEED code)", rl.StepGroupWeight, c.Gamma)
 	}
 	if c.Rollout.Invalid == rollout.InvalidFormat {
 		think := ""

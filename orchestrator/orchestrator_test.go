@@ -606,3 +606,58 @@ func TestStepAdvantagesRejectedCost(t *testing.T) {
 		t.Errorf("group stats %+v: the cost must not change which groups are flat", gs)
 	}
 }
+
+// TestStepAdvantagesStepGroups checks GiGPO's step-level term against
+// values worked out by hand: steps acting from the same state (the last
+// observation of an action the environment carried out) share a step
+// group, their discounted returns are normalised within it, and the
+// weighted result is added to the episode-level advantage.
+func TestStepAdvantagesStepGroups(t *testing.T) {
+	build := func() []*rollout.Trajectory {
+		// Group 0 starts from "start". The winner goes to A, then wins;
+		// the loser goes to A, has an action rejected (still at A), then
+		// goes to B.
+		w, l := stepTraj("w", 0, true, 2), stepTraj("l", 0, false, 3)
+		w.FirstObservation, l.FirstObservation = "start", "start"
+		w.Steps[0].Observation = "A"
+		l.Steps[0].Observation = "A"
+		l.Steps[1].Observation, l.Steps[1].Rejected = "Nothing happens.", true
+		l.Steps[2].Observation = "B"
+		// Group 1: one trajectory, so every state is its own.
+		solo := stepTraj("s", 1, false, 2)
+		solo.FirstObservation, solo.Steps[0].Observation = "start", "A"
+		return []*rollout.Trajectory{w, l, solo}
+	}
+	p := AdvantageParams{Mode: AdvStepRows, Norm: AdvNormNone, Outcome: OutcomeSuccess, Scale: 10, Eps: 1e-6, Gamma: 0.5}
+	base, _ := StepAdvantages(build(), p)
+	p.StepWeight = 0.5
+	got, gs := StepAdvantages(build(), p)
+	// Returns (γ 0.5): w 5, 10; l 0, 0, 0. Step groups: "start" {w0 5,
+	// l0 0} → +2.5, −2.5; "A" {w1 10, l1 0, l2 0} (l2 acts from A: the
+	// rejected action changed nothing) → +20/3, −10/3, −10/3.
+	step := map[string][]float64{"w": {2.5, 20.0 / 3}, "l": {-2.5, -10.0 / 3, -10.0 / 3}, "s": {0, 0}}
+	for id, d := range step {
+		for i := range d {
+			if want := base[id][i] + 0.5*d[i]; math.Abs(got[id][i]-want) > 1e-12 {
+				t.Errorf("A[%s][%d] = %v, want episode %v + 0.5·%v", id, i, got[id][i], base[id][i], d[i])
+			}
+		}
+	}
+	if math.Abs(gs.StepGrouped-5.0/7) > 1e-12 || math.Abs(gs.StepGroupSize-13.0/5) > 1e-12 {
+		t.Errorf("step groups: grouped share %v (want 5/7), mean size %v (want 13/5)", gs.StepGrouped, gs.StepGroupSize)
+	}
+	// The invalid-step penalty is a step reward, discounted like the outcome.
+	pen := build()
+	pen[0].Steps[0].Valid = false
+	pen[0].Steps[0].Observation = "" // an invalid step changes no state either
+	p.Penalty, p.StepWeight = 0.1, 1
+	got, _ = StepAdvantages(pen, p)
+	base, _ = StepAdvantages(pen, AdvantageParams{Mode: AdvStepRows, Norm: AdvNormNone, Outcome: OutcomeSuccess, Scale: 10, Penalty: 0.1, Eps: 1e-6})
+	// w0's return is −0.1 + 0.5·10 = 4.9 and w1 now acts from "start":
+	// "start" {w0 4.9, w1 10, l0 0}, mean 14.9/3.
+	for i, want := range []float64{4.9 - 14.9/3, 10 - 14.9/3} {
+		if d := got["w"][i] - base["w"][i]; math.Abs(d-want) > 1e-12 {
+			t.Errorf("with the penalty, step term of w%d = %v, want %v", i, d, want)
+		}
+	}
+}

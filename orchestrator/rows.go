@@ -54,6 +54,12 @@ type AdvantageParams struct {
 	// RejectedCost is taken off the normalised advantage of every step
 	// whose action the environment rejected (ours; 0 in the public code).
 	RejectedCost float64
+	// StepWeight > 0 adds GiGPO's step-level advantage, this many times,
+	// to every step's: see stepGroupAdvantages. 0: off (the public SEED
+	// code's GRPO).
+	StepWeight float64
+	// Gamma discounts the step-level returns (GiGPO's γ).
+	Gamma float64
 }
 
 // GroupStats describe the iteration's GRPO groups: Flat is the share of
@@ -63,6 +69,10 @@ type AdvantageParams struct {
 type GroupStats struct {
 	Groups                         int
 	Flat, FlatFailing, FlatWinning float64
+	// StepGrouped is, with the step-level advantage on, the share of step
+	// rows whose state at least one other step of the group shared (the
+	// rows GiGPO's term can move); StepGroupSize their mean group size.
+	StepGrouped, StepGroupSize float64
 }
 
 // outcome is a trajectory's outcome before the scale.
@@ -91,11 +101,14 @@ func hasRow(s rollout.Step) bool { return len(s.ResponseIDs) > 0 }
 // gets exactly 0 (not the rounding residue of r − mean). A step the
 // environment rejected then loses p.RejectedCost: after the normalisation,
 // so the charge keeps its size in groups where nobody won instead of
-// being blown up to a full-size advantage by their tiny std.
+// being blown up to a full-size advantage by their tiny std. With
+// p.StepWeight > 0, GiGPO's step-level advantage is added last.
 func StepAdvantages(trajs []*rollout.Trajectory, p AdvantageParams) (map[string][]float64, GroupStats) {
 	out := map[string][]float64{}
 	var gs GroupStats
 	var flat, flatFail, flatWin int
+	var stepGrouped, stepRows int
+	var stepSizeSum float64
 	for _, g := range skills.Groups(trajs) {
 		var members []*rollout.Trajectory
 		for _, t := range g {
@@ -167,12 +180,94 @@ func StepAdvantages(trajs []*rollout.Trajectory, p AdvantageParams) (map[string]
 			}
 			out[t.ID] = a
 		}
+		if p.StepWeight > 0 {
+			grouped, size, rows := stepGroupAdvantages(members, p, out)
+			stepGrouped += grouped
+			stepSizeSum += size
+			stepRows += rows
+		}
 	}
 	if gs.Groups > 0 {
 		n := float64(gs.Groups)
 		gs.Flat, gs.FlatFailing, gs.FlatWinning = float64(flat)/n, float64(flatFail)/n, float64(flatWin)/n
 	}
+	if stepRows > 0 {
+		gs.StepGrouped = float64(stepGrouped) / float64(stepRows)
+	}
+	if stepGrouped > 0 {
+		gs.StepGroupSize = stepSizeSum / float64(stepGrouped)
+	}
 	return out, gs
+}
+
+// stepGroupAdvantages adds GiGPO's step-level advantage (Feng et al.,
+// "Group-in-Group Policy Optimization for LLM Agent Training", 2025; the
+// step groups of verl-agent's gigpo) to adv, the episode-level advantages
+// of one task's group: steps of the group's trajectories that act from
+// the same environment state form a step group; each step's discounted
+// return from there, G_t = Σ_k≥t γ^(k−t) r_k (r_k: the invalid-step
+// penalty on invalid steps, scale·outcome added on the last), is
+// normalised within its step group as the episode rewards are (p.Norm),
+// and p.StepWeight times it is added to the step's advantage. A state is
+// the last observation the environment answered with an action it carried
+// out (the task's first observation before any): a rejected action
+// ("Nothing happens.") leaves the state as it was. Like GiGPO's anchor
+// states, the key is the observation text, so states the text does not
+// tell apart (what the agent holds) share a group. It returns how many
+// step rows shared their state with another step, the sum of those
+// steps' group sizes, and how many step rows there were.
+func stepGroupAdvantages(members []*rollout.Trajectory, p AdvantageParams, adv map[string][]float64) (grouped int, sizeSum float64, rows int) {
+	type ref struct{ m, i int }
+	var keys []string
+	groups := map[string][]ref{}
+	returns := make([][]float64, len(members))
+	for m, t := range members {
+		n := len(t.Steps)
+		ret := make([]float64, n)
+		next := 0.0
+		for i := n - 1; i >= 0; i-- {
+			r := 0.0
+			if !t.Steps[i].Valid {
+				r -= p.Penalty
+			}
+			if i == n-1 {
+				r += p.Scale * p.outcome(t)
+			}
+			next = r + p.Gamma*next
+			ret[i] = next
+		}
+		returns[m] = ret
+		state := t.FirstObservation
+		for i, s := range t.Steps {
+			if hasRow(s) {
+				rows++
+				if _, ok := groups[state]; !ok {
+					keys = append(keys, state)
+				}
+				groups[state] = append(groups[state], ref{m, i})
+			}
+			if !s.Rejected && s.Valid {
+				state = s.Observation
+			}
+		}
+	}
+	for _, k := range keys {
+		g := groups[k]
+		if len(g) < 2 {
+			continue
+		}
+		grouped += len(g)
+		sizeSum += float64(len(g) * len(g))
+		r := make([]float64, len(g))
+		for j, x := range g {
+			r[j] = returns[x.m][x.i]
+		}
+		a := normalise(r, p.Norm, p.Eps)
+		for j, x := range g {
+			adv[members[x.m].ID][x.i] += p.StepWeight * a[j]
+		}
+	}
+	return grouped, sizeSum, rows
 }
 
 func isFlat(r []float64) bool {

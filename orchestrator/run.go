@@ -1276,6 +1276,9 @@ func (r *run) scoreRows(ctx context.Context, rows []*Row) (float64, error) {
 // log-probs of the rows startPlain left unscored.
 func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, p *plainSet, sks map[string]*skills.Skill, vals iterStats) ([]Row, error) {
 	vals["flat_group_share"], vals["flat_failing_share"], vals["flat_winning_share"] = p.gs.Flat, p.gs.FlatFailing, p.gs.FlatWinning
+	if r.cfg.RL.StepGroupWeight > 0 {
+		vals["step_grouped_share"], vals["step_group_size"] = p.gs.StepGrouped, p.gs.StepGroupSize
+	}
 	mode, _ := skills.ParseMode(r.cfg.SkillMode)
 	tmpl, err := rollout.TemplateFor(r.env.Name).WithPlacesLine(r.cfg.Rollout.PlacesLine)
 	tmpl.SkillSections = r.cfg.Rollout.SkillFormat == rollout.SkillFormatSections
