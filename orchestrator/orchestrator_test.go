@@ -143,10 +143,14 @@ func TestLoadRejectsUnknownFieldsAndNamesLines(t *testing.T) {
 	if c.Env.Options != nil || c.Rollout.PlacesOrder != "" {
 		t.Errorf("a file without env.options or rollout.places_order inherited %v, %q", c.Env.Options, c.Rollout.PlacesOrder)
 	}
+	// So is GiGPO's step-level advantage, the embedded default's deviation.
+	if Default().RL.StepGroupWeight != 1 || c.RL.StepGroupWeight != 0 {
+		t.Errorf("step_group_weight: embedded default %v (want 1), a file without it %v (want 0)", Default().RL.StepGroupWeight, c.RL.StepGroupWeight)
+	}
 	stated := filepath.Join(dir, "stated.json")
-	os.WriteFile(stated, []byte(`{"env": {"name": "household", "options": {"placement_prior": "0.5"}}, "rollout": {"places_order": "episode"}}`), 0o644)
-	if c, err := Load(stated); err != nil || c.Env.Options["placement_prior"] != "0.5" || c.Rollout.PlacesOrder != rollout.PlacesOrderEpisode || c.Rollout.GroupSize != 8 {
-		t.Errorf("a file stating them: %v, %q, group %d, %v", c.Env.Options, c.Rollout.PlacesOrder, c.Rollout.GroupSize, err)
+	os.WriteFile(stated, []byte(`{"env": {"name": "household", "options": {"placement_prior": "0.5"}}, "rollout": {"places_order": "episode"}, "rl": {"step_group_weight": 0.5}}`), 0o644)
+	if c, err := Load(stated); err != nil || c.Env.Options["placement_prior"] != "0.5" || c.Rollout.PlacesOrder != rollout.PlacesOrderEpisode || c.Rollout.GroupSize != 8 || c.RL.StepGroupWeight != 0.5 {
+		t.Errorf("a file stating them: %v, %q, group %d, step weight %v, %v", c.Env.Options, c.Rollout.PlacesOrder, c.Rollout.GroupSize, c.RL.StepGroupWeight, err)
 	}
 }
 
