@@ -660,11 +660,12 @@ func Default() Config {
 	// One deviation, labelled in the run's recipe: GiGPO's step-level
 	// advantage at its reference weight 1 (rl.step_group_weight). The
 	// episode's outcome credits every step of it alike; steps of a group
-	// that act from the same state (97% of this policy's step rows share
-	// one, about eight to a state) are credited by what followed them.
-	// From the committed base, on the seeds 1–3 `just run` is measured on,
-	// it took the greedy eval_seen gain from +3.0, +9.0, +8.0 to +5.5,
-	// +14.0, +15.5 (docs/experiments.md, "GiGPO's step-level advantage").
+	// that act from the same state (93–97% of this policy's step rows
+	// share one, 7–17 to a state) are credited by what followed them.
+	// From the committed base, on `just run`'s seeds 1–3 it took the
+	// greedy eval_seen gain from +3.0, +9.0, +8.0 to +5.5, +14.0, +15.5;
+	// over six seeds from +6.3 to +7.8 (paired +1.5, within noise;
+	// docs/experiments.md, "GiGPO's step-level advantage").
 	c.RL = RLConfig{Lambda: 0.01, Beta: 5, KLCoef: 0.01, KLClamp: 10, ClipEps: 0.2, LR: 2e-4, WeightDecay: 0, ClipNorm: 1,
 		MiniBatchRows: 256, MicroBatchTokens: 8192, MaxRefusals: 3,
 		Advantage: AdvStepRows, RewardScale: 10, Outcome: OutcomeSuccess, AdvEps: 1e-6, AdvNorm: AdvNormStd, ClipRatioC: 3, EntropyCoef: 0.001,
