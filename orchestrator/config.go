@@ -664,7 +664,7 @@ func Default() Config {
 	// share one, 7–17 to a state) are credited by what followed them.
 	// From the committed base, on `just run`'s seeds 1–3 it took the
 	// greedy eval_seen gain from +3.0, +9.0, +8.0 to +5.5, +14.0, +15.5;
-	// over six seeds from +6.3 to +7.8 (paired +1.5, within noise;
+	// over eight seeds from +4.7 to +6.1 (paired +1.4, within noise;
 	// docs/experiments.md, "GiGPO's step-level advantage").
 	c.RL = RLConfig{Lambda: 0.01, Beta: 5, KLCoef: 0.01, KLClamp: 10, ClipEps: 0.2, LR: 2e-4, WeightDecay: 0, ClipNorm: 1,
 		MiniBatchRows: 256, MicroBatchTokens: 8192, MaxRefusals: 3,
