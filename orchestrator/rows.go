@@ -107,8 +107,7 @@ func StepAdvantages(trajs []*rollout.Trajectory, p AdvantageParams) (map[string]
 	out := map[string][]float64{}
 	var gs GroupStats
 	var flat, flatFail, flatWin int
-	var stepGrouped, stepRows int
-	var stepSizeSum float64
+	var stepGrouped, stepSizeSum, stepRows int
 	for _, g := range skills.Groups(trajs) {
 		var members []*rollout.Trajectory
 		for _, t := range g {
@@ -195,7 +194,7 @@ func StepAdvantages(trajs []*rollout.Trajectory, p AdvantageParams) (map[string]
 		gs.StepGrouped = float64(stepGrouped) / float64(stepRows)
 	}
 	if stepGrouped > 0 {
-		gs.StepGroupSize = stepSizeSum / float64(stepGrouped)
+		gs.StepGroupSize = float64(stepSizeSum) / float64(stepGrouped)
 	}
 	return out, gs
 }
@@ -216,9 +215,8 @@ func StepAdvantages(trajs []*rollout.Trajectory, p AdvantageParams) (map[string]
 // tell apart (what the agent holds) share a group. It returns how many
 // step rows shared their state with another step, the sum of those
 // steps' group sizes, and how many step rows there were.
-func stepGroupAdvantages(members []*rollout.Trajectory, p AdvantageParams, adv map[string][]float64) (grouped int, sizeSum float64, rows int) {
+func stepGroupAdvantages(members []*rollout.Trajectory, p AdvantageParams, adv map[string][]float64) (grouped, sizeSum, rows int) {
 	type ref struct{ m, i int }
-	var keys []string
 	groups := map[string][]ref{}
 	returns := make([][]float64, len(members))
 	for m, t := range members {
@@ -241,9 +239,6 @@ func stepGroupAdvantages(members []*rollout.Trajectory, p AdvantageParams, adv m
 		for i, s := range t.Steps {
 			if hasRow(s) {
 				rows++
-				if _, ok := groups[state]; !ok {
-					keys = append(keys, state)
-				}
 				groups[state] = append(groups[state], ref{m, i})
 			}
 			if !s.Rejected && s.Valid {
@@ -251,13 +246,14 @@ func stepGroupAdvantages(members []*rollout.Trajectory, p AdvantageParams, adv m
 			}
 		}
 	}
-	for _, k := range keys {
-		g := groups[k]
+	// Every step is in one step group, so the groups' order does not
+	// matter: each advantage gets one addition.
+	for _, g := range groups {
 		if len(g) < 2 {
 			continue
 		}
 		grouped += len(g)
-		sizeSum += float64(len(g) * len(g))
+		sizeSum += len(g) * len(g)
 		r := make([]float64, len(g))
 		for j, x := range g {
 			r[j] = returns[x.m][x.i]
