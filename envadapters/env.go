@@ -67,6 +67,13 @@ type Step struct {
 	Err string `json:"error,omitempty"`
 	// Score is a graded result where the env has one (WebShop 0-100).
 	Score float64 `json:"score,omitempty"`
+	// State, where the environment reports it, names what the agent's
+	// situation holds that the observation text may not show (the
+	// household's: where the agent is, what it carries and in what
+	// condition, whether the lamp is on). Step-level advantages can
+	// group steps by observation and state (rl.step_group_key). Empty
+	// where the environment has none (remote servers).
+	State string `json:"state,omitempty"`
 }
 
 // Env is one episode-running environment instance. Instances are not safe

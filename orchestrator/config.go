@@ -368,6 +368,12 @@ type RLConfig struct {
 	// object in view — where the episode's outcome credits all its steps
 	// alike. GiGPO's reference weight is 1. 0: off.
 	StepGroupWeight float64 `json:"step_group_weight,omitempty"`
+	// StepGroupKey is what makes two steps' states the same for the
+	// step-level advantage: "observation" (GiGPO's anchor states: the
+	// observation text; the default) or "state" (the observation and the
+	// environment's state line, where it reports one: the household's
+	// says what the agent carries, which arriving somewhere does not).
+	StepGroupKey string `json:"step_group_key,omitempty"`
 	// AdvNorm is "std" (GRPO, the default) or "none" (mean only: verl's
 	// norm_adv_by_std_in_grpo=False, the reference WebShop script).
 	AdvNorm string `json:"adv_norm,omitempty"`
@@ -859,7 +865,7 @@ func (c Config) StepLR(k, b, nb, s int) float64 {
 // advantageParams are the run's GRPO advantage settings.
 func (c Config) advantageParams() AdvantageParams {
 	return AdvantageParams{Mode: c.RL.Advantage, Norm: c.RL.AdvNorm, Outcome: c.RL.Outcome, Scale: c.RL.RewardScale, Penalty: c.Rollout.InvalidPenalty, Eps: c.RL.AdvEps, RejectedCost: c.RL.RejectedCost,
-		StepWeight: c.RL.StepGroupWeight, Gamma: c.Gamma}
+		StepWeight: c.RL.StepGroupWeight, StepKey: c.RL.StepGroupKey, Gamma: c.Gamma}
 }
 
 // referenceMiniBatchRows is the public SEED scripts' ppo_mini_batch_size
@@ -909,7 +915,11 @@ func (c Config) Recipe() []string {
 		add("advantage − %g on every step the environment rejected, after the normalisation (ours)", rl.RejectedCost)
 	}
 	if rl.StepGroupWeight > 0 {
-		add("+ %g × GiGPO's step-level advantage: discounted returns (γ %g) normalised over the steps of a group that act from the same state (GiGPO; not the public SEED code)", rl.StepGroupWeight, c.Gamma)
+		same := "the same state"
+		if rl.StepGroupKey == StepKeyState {
+			same = "the same observation and environment state line"
+		}
+		add("+ %g × GiGPO's step-level advantage: discounted returns (γ %g) normalised over the steps of a group that act from %s (GiGPO; not the public SEED code)", rl.StepGroupWeight, c.Gamma, same)
 	}
 	if c.Rollout.Invalid == rollout.InvalidFormat {
 		think := ""

@@ -627,6 +627,10 @@ func TestStepAdvantagesStepGroups(t *testing.T) {
 		l.Steps[0].Observation = "A"
 		l.Steps[1].Observation, l.Steps[1].Rejected = "Nothing happens.", true
 		l.Steps[2].Observation = "B"
+		// The environment's state lines: both arrive at A, the winner
+		// carrying something (read only under StepKeyState).
+		w.Steps[0].State, l.Steps[0].State = "carrying: x", "carrying: nothing"
+		l.Steps[1].State, l.Steps[2].State = "carrying: nothing", "carrying: nothing"
 		// Group 1: one trajectory, so every state is its own.
 		solo := stepTraj("s", 1, false, 2)
 		solo.FirstObservation, solo.Steps[0].Observation = "start", "A"
@@ -663,5 +667,22 @@ func TestStepAdvantagesStepGroups(t *testing.T) {
 		if d := got["w"][i] - base["w"][i]; math.Abs(d-want) > 1e-12 {
 			t.Errorf("with the penalty, step term of w%d = %v, want %v", i, d, want)
 		}
+	}
+	// Keyed by observation and state line, A splits: w1 acts from A
+	// carrying x (alone), l1 and l2 from A carrying nothing {0, 0} (flat).
+	// "start" has no state line and stays one group.
+	p = AdvantageParams{Mode: AdvStepRows, Norm: AdvNormNone, Outcome: OutcomeSuccess, Scale: 10, Eps: 1e-6, Gamma: 0.5, StepWeight: 1, StepKey: StepKeyState}
+	got, gs = StepAdvantages(build(), p)
+	base, _ = StepAdvantages(build(), AdvantageParams{Mode: AdvStepRows, Norm: AdvNormNone, Outcome: OutcomeSuccess, Scale: 10, Eps: 1e-6})
+	step = map[string][]float64{"w": {2.5, 0}, "l": {-2.5, 0, 0}, "s": {0, 0}}
+	for id, d := range step {
+		for i := range d {
+			if want := base[id][i] + d[i]; math.Abs(got[id][i]-want) > 1e-12 {
+				t.Errorf("state key: A[%s][%d] = %v, want episode %v + %v", id, i, got[id][i], base[id][i], d[i])
+			}
+		}
+	}
+	if math.Abs(gs.StepGrouped-4.0/7) > 1e-12 || math.Abs(gs.StepGroupSize-2) > 1e-12 {
+		t.Errorf("state key step groups: grouped share %v (want 4/7), mean size %v (want 2)", gs.StepGrouped, gs.StepGroupSize)
 	}
 }

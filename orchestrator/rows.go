@@ -58,6 +58,9 @@ type AdvantageParams struct {
 	// to every step's: see stepGroupAdvantages. 0: off (the public SEED
 	// code's GRPO).
 	StepWeight float64
+	// StepKey says what makes two steps' states the same: StepKeyObservation
+	// ("" too) or StepKeyState.
+	StepKey string
 	// Gamma discounts the step-level returns (GiGPO's γ).
 	Gamma float64
 }
@@ -212,7 +215,8 @@ func StepAdvantages(trajs []*rollout.Trajectory, p AdvantageParams) (map[string]
 // out (the task's first observation before any): a rejected action
 // ("Nothing happens.") leaves the state as it was. Like GiGPO's anchor
 // states, the key is the observation text, so states the text does not
-// tell apart (what the agent holds) share a group. It returns how many
+// tell apart (what the agent holds) share a group, unless p.StepKey is
+// StepKeyState: then the environment's state line is part of it. It returns how many
 // step rows shared their state with another step, the sum of those
 // steps' group sizes, and how many step rows there were.
 func stepGroupAdvantages(members []*rollout.Trajectory, p AdvantageParams, adv map[string][]float64) (grouped, sizeSum, rows int) {
@@ -235,14 +239,14 @@ func stepGroupAdvantages(members []*rollout.Trajectory, p AdvantageParams, adv m
 			ret[i] = next
 		}
 		returns[m] = ret
-		state := t.FirstObservation
+		state := p.stateKey(t.FirstObservation, t.FirstState)
 		for i, s := range t.Steps {
 			if hasRow(s) {
 				rows++
 				groups[state] = append(groups[state], ref{m, i})
 			}
 			if !s.Rejected && s.Valid {
-				state = s.Observation
+				state = p.stateKey(s.Observation, s.State)
 			}
 		}
 	}
@@ -264,6 +268,21 @@ func stepGroupAdvantages(members []*rollout.Trajectory, p AdvantageParams, adv m
 		}
 	}
 	return grouped, sizeSum, rows
+}
+
+// Step-group keys (AdvantageParams.StepKey, rl.step_group_key).
+const (
+	StepKeyObservation = "observation" // the observation text (GiGPO's anchors)
+	StepKeyState       = "state"       // the observation and the env's state line
+)
+
+// stateKey is the step-group key of an observation and the environment's
+// state line.
+func (p AdvantageParams) stateKey(obs, state string) string {
+	if p.StepKey != StepKeyState || state == "" {
+		return obs
+	}
+	return obs + "\x00" + state
 }
 
 func isFlat(r []float64) bool {

@@ -89,6 +89,7 @@ var ruleCases = map[string]func(c *Config){
 	"rl.entropy_coef":      func(c *Config) { c.RL.EntropyCoef = -0.001 },
 	"rl.rejected_cost":     func(c *Config) { c.RL.RejectedCost = -0.1 },
 	"rl.step_group_weight": func(c *Config) { c.RL.StepGroupWeight = -1 },
+	"rl.step_group_key":    func(c *Config) { c.RL.StepGroupKey = "text" },
 	"rl.drop_flat":         func(c *Config) { c.RL.DropFlat = "all" },
 	"rl.term_grads_every":  func(c *Config) { c.RL.TermGradsEvery = -1 },
 	"rl.distill_form":      func(c *Config) { c.RL.DistillForm = "forward_kl" },

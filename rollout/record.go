@@ -37,8 +37,11 @@ type Step struct {
 	Valid bool `json:"valid"`
 	// Rejected: the environment did not carry the action out ("Nothing
 	// happens."), whatever the definition; its own metric.
-	Rejected     bool    `json:"rejected,omitempty"`
-	Observation  string  `json:"observation"` // the environment's answer
+	Rejected    bool   `json:"rejected,omitempty"`
+	Observation string `json:"observation"` // the environment's answer
+	// State: the environment's state line after the action, where it
+	// reports one (envadapters.Step.State).
+	State        string  `json:"state,omitempty"`
 	EnvReward    float64 `json:"env_reward"`
 	Reward       float64 `json:"reward"` // env reward minus the invalid-action penalty
 	Done         bool    `json:"done"`
@@ -54,16 +57,18 @@ type Trajectory struct {
 	Task      envadapters.Task `json:"task"`
 	// Group is the GRPO group (one per task in a batch); Sample indexes the
 	// trajectory within it.
-	Group            int     `json:"group"`
-	Sample           int     `json:"sample"`
-	Mode             string  `json:"mode"`
-	System           string  `json:"system"`
-	FirstObservation string  `json:"first_observation"`
-	Steps            []Step  `json:"steps"`
-	Return           float64 `json:"return"`
-	Won              bool    `json:"won"`
-	Score            float64 `json:"score"`
-	EnvError         string  `json:"env_error,omitempty"`
+	Group            int    `json:"group"`
+	Sample           int    `json:"sample"`
+	Mode             string `json:"mode"`
+	System           string `json:"system"`
+	FirstObservation string `json:"first_observation"`
+	// FirstState: the environment's state line at reset, where it reports one.
+	FirstState string  `json:"first_state,omitempty"`
+	Steps      []Step  `json:"steps"`
+	Return     float64 `json:"return"`
+	Won        bool    `json:"won"`
+	Score      float64 `json:"score"`
+	EnvError   string  `json:"env_error,omitempty"`
 	// Truncated: the rollout's step limit ended the episode, not the env.
 	Truncated bool      `json:"truncated,omitempty"`
 	Started   time.Time `json:"started"`

@@ -209,7 +209,7 @@ func (r *Runner) RunNotify(ctx context.Context, tasks []envadapters.Task, iterat
 			if err != nil {
 				return nil, fmt.Errorf("rollout: resetting %s: %w", task.ID, err)
 			}
-			e.last, e.traj.FirstObservation = st, st.Observation
+			e.last, e.traj.FirstObservation, e.traj.FirstState = st, st.Observation, st.State
 		}
 	}
 	finished := 0
@@ -408,7 +408,7 @@ func (r *Runner) turn(ctx context.Context, eps []*episode, turn int) error {
 			e.traj.EnvError = err.Error()
 			step.Observation, step.Done = "The environment failed: "+err.Error(), true
 		} else {
-			step.Observation, step.EnvReward, step.Done = st.Observation, st.Reward, st.Done
+			step.Observation, step.EnvReward, step.Done, step.State = st.Observation, st.Reward, st.Done, st.State
 			step.Rejected = st.Invalid
 			step.Valid = r.validStep(text, ok, st.Invalid)
 			if st.Err != "" {

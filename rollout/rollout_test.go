@@ -452,10 +452,18 @@ func TestPlacesOrderEpisode(t *testing.T) {
 			if order == PlacesOrderEpisode {
 				tmpl.PlacesKey = placesKey(cfg.Seed, tr)
 			}
+			// The household's state lines are recorded: the reset's,
+			// then each step's; a rejected action leaves it as it was.
+			if want := "at: middle of the room; carrying: nothing; lamp: off"; tr.FirstState != want {
+				t.Fatalf("%s: first state %q, want %q", tr.ID, tr.FirstState, want)
+			}
 			for k, s := range tr.Steps {
-				obs := tr.FirstObservation
+				obs, state := tr.FirstObservation, tr.FirstState
 				if k > 0 {
-					obs = tr.Steps[k-1].Observation
+					obs, state = tr.Steps[k-1].Observation, tr.Steps[k-1].State
+				}
+				if s.State == "" || s.Rejected && s.State != state {
+					t.Fatalf("%s step %d (rejected %v): state %q after %q", tr.ID, k, s.Rejected, s.State, state)
 				}
 				// The places line depends on the steps taken, not on the
 				// admissible actions.

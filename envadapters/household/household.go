@@ -148,7 +148,40 @@ func (e *Env) Reset(_ context.Context, t envadapters.Task) (envadapters.Step, er
 		names[i] = rc.name
 	}
 	obs := fmt.Sprintf("You are in the middle of a room. Looking quickly around you, you see %s.\n\nYour task is to: %s", listItems(names), e.w.goal.text)
-	return envadapters.Step{Observation: obs, Admissible: e.admissible()}, nil
+	return envadapters.Step{Observation: obs, Admissible: e.admissible(), State: e.state()}, nil
+}
+
+// state is the agent's situation as the Step's State line: where it is,
+// what it carries and in what condition, and the lamp. A receptacle's
+// contents and open door show in the observation that describes it; what
+// the agent carries does not after "go to", so without this line arriving
+// somewhere with the object in hand and empty-handed read the same.
+func (e *Env) state() string {
+	at := "middle of the room"
+	if e.at != nil {
+		at = e.at.name
+	}
+	held := "nothing"
+	if o := e.held; o != nil {
+		held = o.name
+		var cond []string
+		for _, c := range []struct {
+			on   bool
+			name string
+		}{{o.hot, "hot"}, {o.cool, "cool"}, {o.clean, "clean"}} {
+			if c.on {
+				cond = append(cond, c.name)
+			}
+		}
+		if len(cond) > 0 {
+			held += " (" + strings.Join(cond, ", ") + ")"
+		}
+	}
+	lamp := "off"
+	if e.lampOn {
+		lamp = "on"
+	}
+	return fmt.Sprintf("at: %s; carrying: %s; lamp: %s", at, held, lamp)
 }
 
 func (e *Env) Close() error { return nil }
@@ -206,7 +239,7 @@ func (e *Env) Step(_ context.Context, action string) (envadapters.Step, error) {
 	}
 	e.steps++
 	obs, ok := e.apply(normalize(action))
-	st := envadapters.Step{Observation: obs, Invalid: !ok}
+	st := envadapters.Step{Observation: obs, Invalid: !ok, State: e.state()}
 	if !ok {
 		st.Observation = NothingHappens
 	}

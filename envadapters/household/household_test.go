@@ -668,3 +668,51 @@ func TestMixedSearchExpert(t *testing.T) {
 		}
 	}
 }
+
+// TestStateLine checks the Step's State line along the expert's clean
+// task (train/1 in train.golden) and that a rejected action leaves it as
+// it was: arriving at the countertop with the plate reads differently
+// from arriving empty-handed, which the observation alone does not show.
+func TestStateLine(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	st, err := e.Reset(ctx, taskFor(envadapters.Train, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "at: middle of the room; carrying: nothing; lamp: off"; st.State != want {
+		t.Errorf("reset state %q, want %q", st.State, want)
+	}
+	for _, tc := range []struct{ action, want string }{
+		{"go to cabinet 4", "at: cabinet 4; carrying: nothing; lamp: off"},
+		{"open cabinet 4", "at: cabinet 4; carrying: nothing; lamp: off"},
+		{"take plate 3 from cabinet 4", "at: cabinet 4; carrying: plate 3; lamp: off"},
+		{"dance", "at: cabinet 4; carrying: plate 3; lamp: off"},
+		{"go to sinkbasin 1", "at: sinkbasin 1; carrying: plate 3; lamp: off"},
+		{"clean plate 3 with sinkbasin 1", "at: sinkbasin 1; carrying: plate 3 (clean); lamp: off"},
+		{"go to countertop 1", "at: countertop 1; carrying: plate 3 (clean); lamp: off"},
+		{"move plate 3 to countertop 1", "at: countertop 1; carrying: nothing; lamp: off"},
+	} {
+		if st, err = e.Step(ctx, tc.action); err != nil {
+			t.Fatal(err)
+		}
+		if st.State != tc.want {
+			t.Errorf("after %q: state %q, want %q", tc.action, st.State, tc.want)
+		}
+	}
+	if !st.Won {
+		t.Errorf("the expert's actions did not win train/1")
+	}
+	// The lamp task (train/4): using the lamp turns the line's lamp on.
+	if _, err := e.Reset(ctx, taskFor(envadapters.Train, 4)); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"go to sidetable 1", "use desklamp 1"} {
+		if st, err = e.Step(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.HasSuffix(st.State, "lamp: on") {
+		t.Errorf("after using the lamp: state %q", st.State)
+	}
+}
