@@ -216,8 +216,9 @@ const DistillBaselineShuffled = "shuffled"
 
 // Stage-2 updates (UseUpdate).
 const (
-	// UpdatePublic is the public SEED code's update (the default's, but
-	// for the embedded default's invalid-action penalty, 0 there).
+	// UpdatePublic is the public SEED code's update: the embedded
+	// default's without its deviations (GiGPO's step-level advantage),
+	// with the std normalisation and the 0.1 invalid-step penalty.
 	UpdatePublic = "public"
 	// UpdateLegacy is seedctl's update before it followed the public code:
 	// one trajectory return (success − nothing for invalid steps) copied
@@ -233,9 +234,11 @@ func (c *Config) UseUpdate(name string) error {
 		d := Default()
 		c.RL.Advantage, c.RL.RewardScale, c.RL.Outcome, c.Rollout.InvalidPenalty = d.RL.Advantage, d.RL.RewardScale, d.RL.Outcome, 0.1
 		c.RL.MiniBatchRows, c.RL.MiniBatches, c.RL.ClipRatioC, c.RL.EntropyCoef, c.RL.DropFlat = d.RL.MiniBatchRows, d.RL.MiniBatches, d.RL.ClipRatioC, d.RL.EntropyCoef, d.RL.DropFlat
+		c.RL.AdvNorm, c.RL.StepGroupWeight = AdvNormStd, 0
 	case UpdateLegacy:
 		c.RL.Advantage, c.RL.RewardScale, c.RL.Outcome, c.Rollout.InvalidPenalty = AdvTrajectory, 1, OutcomeEnv, 0
 		c.RL.MiniBatchRows, c.RL.MiniBatches, c.RL.ClipRatioC, c.RL.EntropyCoef, c.RL.DropFlat = 0, 1, 0, 0, DropNoSignal
+		c.RL.AdvNorm, c.RL.StepGroupWeight = AdvNormStd, 0
 	default:
 		return fmt.Errorf("update %q: want %q or %q", name, UpdatePublic, UpdateLegacy)
 	}

@@ -310,7 +310,7 @@ func TestUseUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	rl := cfg.RL
-	if rl.Advantage != AdvTrajectory || rl.RewardScale != 1 || cfg.Rollout.InvalidPenalty != 0 || rl.MiniBatchRows != 0 || rl.MiniBatches != 1 || rl.ClipRatioC != 0 || rl.EntropyCoef != 0 || rl.DropFlat != DropNoSignal {
+	if rl.Advantage != AdvTrajectory || rl.RewardScale != 1 || cfg.Rollout.InvalidPenalty != 0 || rl.MiniBatchRows != 0 || rl.MiniBatches != 1 || rl.ClipRatioC != 0 || rl.EntropyCoef != 0 || rl.DropFlat != DropNoSignal || rl.StepGroupWeight != 0 {
 		t.Errorf("legacy update %+v", rl)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -319,8 +319,15 @@ func TestUseUpdate(t *testing.T) {
 	if err := cfg.UseUpdate(UpdatePublic); err != nil {
 		t.Fatal(err)
 	}
-	if d := validConfig(); fmt.Sprint(cfg.RL) != fmt.Sprint(d.RL) || cfg.Rollout.InvalidPenalty != 0.1 {
-		t.Errorf("public update %+v with penalty %v, want the default's %+v with the public code's 0.1", cfg.RL, cfg.Rollout.InvalidPenalty, d.RL)
+	// The public code's: the default's update without GiGPO's step-level
+	// advantage, with the std normalisation and the 0.1 penalty.
+	d := validConfig()
+	if d.RL.StepGroupWeight == 0 {
+		t.Fatal("the default no longer has GiGPO's term: this test's premise changed")
+	}
+	d.RL.StepGroupWeight, d.RL.AdvNorm = 0, AdvNormStd
+	if fmt.Sprint(cfg.RL) != fmt.Sprint(d.RL) || cfg.Rollout.InvalidPenalty != 0.1 {
+		t.Errorf("public update %+v with penalty %v, want %+v with the public code's 0.1", cfg.RL, cfg.Rollout.InvalidPenalty, d.RL)
 	}
 	if cfg.UseUpdate("fancy") == nil {
 		t.Error("unknown update accepted")

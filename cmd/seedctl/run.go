@@ -157,7 +157,7 @@ func runCommand() *cli.Command {
 			&cli.Float64Flag{Name: "invalid-penalty", Usage: "reward taken off per invalid step (the public code: 0.1 against a success reward of 10)"},
 			&cli.Float64Flag{Name: "rejected-cost", Usage: "taken off the normalised advantage of every step the environment rejected (ours; 0: none, as the public code)"},
 			&cli.Float64Flag{Name: "eval-sampled-temperature", Usage: "also play eval_seen sampled at this temperature beside the greedy eval (0: not)"},
-			&cli.StringFlag{Name: "update", Usage: "stage-2 update: public (the public SEED code's, the default) or legacy (seedctl's before it: trajectory returns, one step per iteration; to compare)"},
+			&cli.StringFlag{Name: "update", Usage: "stage-2 update: public (the public SEED code's: the default's without GiGPO's step-level term) or legacy (seedctl's before it: trajectory returns, one step per iteration; to compare)"},
 			envOptFlag(),
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "trainer device: cpu or cuda"},
 			&cli.IntFlag{Name: "nproc", Value: 1, Usage: "learner ranks on this host (data parallelism over libtorch's c10d, Gloo, CPU): each trains on 1/N of every step's rows"},
