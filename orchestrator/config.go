@@ -377,6 +377,13 @@ type RLConfig struct {
 	// environment's state line, where it reports one: the household's
 	// says what the agent carries, which arriving somewhere does not).
 	StepGroupKey string `json:"step_group_key,omitempty"`
+	// StepRejectedCost is a step reward of −this on every action the
+	// environment rejected ("Nothing happens."), in the step-level returns
+	// only (with rl.step_group_weight > 0): there a rejected action is
+	// compared with what else the group did from the same state, so the
+	// charge says "not here" — unlike rl.rejected_cost, which pushes every
+	// rejected action down wherever it was taken. 0: off.
+	StepRejectedCost float64 `json:"step_rejected_cost,omitempty"`
 	// AdvNorm is "std" (GRPO, the default) or "none" (mean only: verl's
 	// norm_adv_by_std_in_grpo=False, the reference WebShop script).
 	AdvNorm string `json:"adv_norm,omitempty"`
@@ -868,7 +875,7 @@ func (c Config) StepLR(k, b, nb, s int) float64 {
 // advantageParams are the run's GRPO advantage settings.
 func (c Config) advantageParams() AdvantageParams {
 	return AdvantageParams{Mode: c.RL.Advantage, Norm: c.RL.AdvNorm, Outcome: c.RL.Outcome, Scale: c.RL.RewardScale, Penalty: c.Rollout.InvalidPenalty, Eps: c.RL.AdvEps, RejectedCost: c.RL.RejectedCost,
-		StepWeight: c.RL.StepGroupWeight, StepKey: c.RL.StepGroupKey, Gamma: c.Gamma}
+		StepWeight: c.RL.StepGroupWeight, StepKey: c.RL.StepGroupKey, StepRejectedCost: c.RL.StepRejectedCost, Gamma: c.Gamma}
 }
 
 // referenceMiniBatchRows is the public SEED scripts' ppo_mini_batch_size
@@ -923,6 +930,9 @@ func (c Config) Recipe() []string {
 			same = "the same observation and environment state line"
 		}
 		add("+ %g × GiGPO's step-level advantage: discounted returns (γ %g) normalised over the steps of a group that act from %s (GiGPO; not the public SEED code)", rl.StepGroupWeight, c.Gamma, same)
+		if rl.StepRejectedCost != 0 {
+			add("step-level returns charge %g for each action the environment rejected (ours)", rl.StepRejectedCost)
+		}
 	}
 	if c.Rollout.Invalid == rollout.InvalidFormat {
 		think := ""

@@ -685,4 +685,22 @@ func TestStepAdvantagesStepGroups(t *testing.T) {
 	if math.Abs(gs.StepGrouped-4.0/7) > 1e-12 || math.Abs(gs.StepGroupSize-2) > 1e-12 {
 		t.Errorf("state key step groups: grouped share %v (want 4/7), mean size %v (want 2)", gs.StepGrouped, gs.StepGroupSize)
 	}
+	// A charge on rejected actions enters the step-level returns only:
+	// l1 (rejected) returns −0.1, l0 −0.05; "start" {w0 5, l0 −0.05} →
+	// ±2.525; "A" {w1 10, l1 −0.1, l2 0}, mean 3.3 → 6.7, −3.4, −3.3.
+	// The episode-level advantages are as without it.
+	p = AdvantageParams{Mode: AdvStepRows, Norm: AdvNormNone, Outcome: OutcomeSuccess, Scale: 10, Eps: 1e-6, Gamma: 0.5, StepWeight: 1, StepRejectedCost: 0.1}
+	got, _ = StepAdvantages(build(), p)
+	base, _ = StepAdvantages(build(), AdvantageParams{Mode: AdvStepRows, Norm: AdvNormNone, Outcome: OutcomeSuccess, Scale: 10, Eps: 1e-6, StepRejectedCost: 0.1})
+	step = map[string][]float64{"w": {2.525, 6.7}, "l": {-2.525, -3.4, -3.3}, "s": {0, 0}}
+	for id, d := range step {
+		for i := range d {
+			if want := base[id][i] + d[i]; math.Abs(got[id][i]-want) > 1e-12 {
+				t.Errorf("rejected cost: A[%s][%d] = %v, want episode %v + %v", id, i, got[id][i], base[id][i], d[i])
+			}
+		}
+	}
+	if plain, _ := StepAdvantages(build(), AdvantageParams{Mode: AdvStepRows, Norm: AdvNormNone, Outcome: OutcomeSuccess, Scale: 10, Eps: 1e-6}); fmt.Sprint(plain) != fmt.Sprint(base) {
+		t.Errorf("the step-level charge moved episode-level advantages: %v, want %v", base, plain)
+	}
 }

@@ -61,6 +61,9 @@ type AdvantageParams struct {
 	// StepKey says what makes two steps' states the same: StepKeyObservation
 	// ("" too) or StepKeyState.
 	StepKey string
+	// StepRejectedCost is a step reward of −this on every rejected action,
+	// in the step-level returns only.
+	StepRejectedCost float64
 	// Gamma discounts the step-level returns (GiGPO's γ).
 	Gamma float64
 }
@@ -208,7 +211,8 @@ func StepAdvantages(trajs []*rollout.Trajectory, p AdvantageParams) (map[string]
 // of one task's group: steps of the group's trajectories that act from
 // the same environment state form a step group; each step's discounted
 // return from there, G_t = Σ_k≥t γ^(k−t) r_k (r_k: the invalid-step
-// penalty on invalid steps, scale·outcome added on the last), is
+// penalty on invalid steps, p.StepRejectedCost on rejected ones,
+// scale·outcome added on the last), is
 // normalised within its step group as the episode rewards are (p.Norm),
 // and p.StepWeight times it is added to the step's advantage. A state is
 // the last observation the environment answered with an action it carried
@@ -231,6 +235,9 @@ func stepGroupAdvantages(members []*rollout.Trajectory, p AdvantageParams, adv m
 			r := 0.0
 			if !t.Steps[i].Valid {
 				r -= p.Penalty
+			}
+			if t.Steps[i].Rejected {
+				r -= p.StepRejectedCost
 			}
 			if i == n-1 {
 				r += p.Scale * p.outcome(t)

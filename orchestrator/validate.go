@@ -377,6 +377,7 @@ func (r RLConfig) rules() []rule {
 		atLeast("rl.rejected_cost", r.RejectedCost, 0, "must be >= 0"),
 		atLeast("rl.step_group_weight", r.StepGroupWeight, 0, "must be >= 0"),
 		oneOf("rl.step_group_key", r.StepGroupKey, "", StepKeyObservation, StepKeyState),
+		atLeast("rl.step_rejected_cost", r.StepRejectedCost, 0, "must be >= 0"),
 		oneOf("rl.drop_flat", r.DropFlat, "", DropZeroAdvantage, DropNoSignal),
 		oneOf("rl.distill_form", r.DistillForm, "", "gated_nll", "signed"),
 		atLeast("rl.delta_clip", r.DeltaClip, 0, "must be >= 0 (0: 5 nats)"),
