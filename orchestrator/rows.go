@@ -220,9 +220,9 @@ func StepAdvantages(trajs []*rollout.Trajectory, p AdvantageParams) (map[string]
 // ("Nothing happens.") leaves the state as it was. Like GiGPO's anchor
 // states, the key is the observation text, so states the text does not
 // tell apart (what the agent holds) share a group, unless p.StepKey is
-// StepKeyState: then the environment's state line is part of it. It returns how many
-// step rows shared their state with another step, the sum of those
-// steps' group sizes, and how many step rows there were.
+// StepKeyState: then the environment's state line is part of it. It
+// returns how many step rows shared their state with another step, the
+// sum of those steps' group sizes, and how many step rows there were.
 func stepGroupAdvantages(members []*rollout.Trajectory, p AdvantageParams, adv map[string][]float64) (grouped, sizeSum, rows int) {
 	type ref struct{ m, i int }
 	groups := map[string][]ref{}
