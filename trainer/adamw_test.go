@@ -172,6 +172,16 @@ func TestAdamWKernelsAgree(t *testing.T) {
 			}
 			for _, k := range kernels[1:] {
 				got := run(k)
+				// The first gradient norm comes before any kernel has run:
+				// unequal, the backward pass itself differed (a rare
+				// last-bit perturbation seen under load, which Adam's
+				// sign-like first step turns into a weight 2·lr apart).
+				// Repeat both runs once; a kernel that disagrees again
+				// fails below.
+				if math.Abs(got.norms[0]-ref.norms[0]) > 1e-6*ref.norms[0] {
+					t.Logf("%s: first gradient norm %.7f, go kernel's %.7f before any step: the backward passes differed; running both again", k, got.norms[0], ref.norms[0])
+					ref, got = run(AdamWGo), run(k)
+				}
 				// Later steps see weights a rounding apart, and Adam's
 				// normalised update magnifies that on near-zero gradients:
 				// the norms stay close, not equal.
