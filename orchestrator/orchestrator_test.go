@@ -704,3 +704,31 @@ func TestStepAdvantagesStepGroups(t *testing.T) {
 		t.Errorf("the step-level charge moved episode-level advantages: %v, want %v", base, plain)
 	}
 }
+
+// The recipe line names GiGPO's step-level term and its options as set.
+func TestRecipeStepGroups(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		edit       func(*Config)
+		want, none []string
+	}{
+		{"default", func(*Config) {}, []string{"+ 1 × GiGPO's step-level advantage", "act from the same state (GiGPO"}, []string{"state line", "step-level returns charge"}},
+		{"state key", func(c *Config) { c.RL.StepGroupKey = StepKeyState }, []string{"act from the same observation and environment state line"}, nil},
+		{"step charge", func(c *Config) { c.RL.StepRejectedCost = 0.1 }, []string{"step-level returns charge 0.1 for each action the environment rejected (ours)"}, nil},
+		{"off", func(c *Config) { c.RL.StepGroupWeight, c.RL.StepRejectedCost = 0, 0.1 }, nil, []string{"GiGPO", "step-level returns charge"}},
+	} {
+		c := validConfig()
+		tc.edit(&c)
+		recipe := strings.Join(c.Recipe(), "\n")
+		for _, w := range tc.want {
+			if !strings.Contains(recipe, w) {
+				t.Errorf("%s: recipe lacks %q:\n%s", tc.name, w, recipe)
+			}
+		}
+		for _, n := range tc.none {
+			if strings.Contains(recipe, n) {
+				t.Errorf("%s: recipe has %q:\n%s", tc.name, n, recipe)
+			}
+		}
+	}
+}
