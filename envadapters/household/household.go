@@ -165,13 +165,14 @@ func (e *Env) state() string {
 	if o := e.held; o != nil {
 		held = o.name
 		var cond []string
-		for _, c := range []struct {
-			on   bool
-			name string
-		}{{o.hot, "hot"}, {o.cool, "cool"}, {o.clean, "clean"}} {
-			if c.on {
-				cond = append(cond, c.name)
-			}
+		if o.hot {
+			cond = append(cond, "hot")
+		}
+		if o.cool {
+			cond = append(cond, "cool")
+		}
+		if o.clean {
+			cond = append(cond, "clean")
 		}
 		if len(cond) > 0 {
 			held += " (" + strings.Join(cond, ", ") + ")"
