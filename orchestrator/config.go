@@ -234,15 +234,24 @@ func (c *Config) UseUpdate(name string) error {
 		d := Default()
 		c.RL.Advantage, c.RL.RewardScale, c.RL.Outcome, c.Rollout.InvalidPenalty = d.RL.Advantage, d.RL.RewardScale, d.RL.Outcome, 0.1
 		c.RL.MiniBatchRows, c.RL.MiniBatches, c.RL.ClipRatioC, c.RL.EntropyCoef, c.RL.DropFlat = d.RL.MiniBatchRows, d.RL.MiniBatches, d.RL.ClipRatioC, d.RL.EntropyCoef, d.RL.DropFlat
-		c.RL.AdvNorm, c.RL.StepGroupWeight = AdvNormStd, 0
+		c.RL.AdvNorm = AdvNormStd
+		c.RL.dropDeviations()
 	case UpdateLegacy:
 		c.RL.Advantage, c.RL.RewardScale, c.RL.Outcome, c.Rollout.InvalidPenalty = AdvTrajectory, 1, OutcomeEnv, 0
 		c.RL.MiniBatchRows, c.RL.MiniBatches, c.RL.ClipRatioC, c.RL.EntropyCoef, c.RL.DropFlat = 0, 1, 0, 0, DropNoSignal
-		c.RL.AdvNorm, c.RL.StepGroupWeight = AdvNormStd, 0
+		c.RL.AdvNorm = AdvNormStd
+		c.RL.dropDeviations()
 	default:
 		return fmt.Errorf("update %q: want %q or %q", name, UpdatePublic, UpdateLegacy)
 	}
 	return nil
+}
+
+// dropDeviations resets where the embedded default's update departs from
+// the public SEED code's (GiGPO's step-level advantage). Load and
+// UseUpdate both call it, so a new departure is listed here once.
+func (r *RLConfig) dropDeviations() {
+	r.StepGroupWeight = 0
 }
 
 // Stage-1 targets (Stage1Config.Targets).
@@ -717,9 +726,9 @@ func Load(path string) (Config, error) {
 	// written only when set): a file without them means seedctl's
 	// earlier definition and no sampled eval, as when it was written.
 	c.Rollout.Invalid, c.Eval.SampledTemperature = "", 0
-	// And GiGPO's step-level advantage (the embedded default's deviation):
-	// a GPU preset, or a run written without it, trains as the public code.
-	c.RL.StepGroupWeight = 0
+	// And the embedded default's departures from the public update: a GPU
+	// preset, or a run written without them, trains as the public code.
+	c.RL.dropDeviations()
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {

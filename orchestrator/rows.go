@@ -229,23 +229,19 @@ func stepGroupAdvantages(members []*rollout.Trajectory, p AdvantageParams, adv m
 	returns := make([][]float64, len(members))
 	for m, t := range members {
 		n := len(t.Steps)
-		ret := make([]float64, n)
-		next := 0.0
-		for i := n - 1; i >= 0; i-- {
+		returns[m] = t.Returns(p.Gamma, func(i int, s rollout.Step) float64 {
 			r := 0.0
-			if !t.Steps[i].Valid {
+			if !s.Valid {
 				r -= p.Penalty
 			}
-			if t.Steps[i].Rejected {
+			if s.Rejected {
 				r -= p.StepRejectedCost
 			}
 			if i == n-1 {
 				r += p.Scale * p.outcome(t)
 			}
-			next = r + p.Gamma*next
-			ret[i] = next
-		}
-		returns[m] = ret
+			return r
+		})
 		state := p.stateKey(t.FirstObservation, t.FirstState)
 		for i, s := range t.Steps {
 			if hasRow(s) {

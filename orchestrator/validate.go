@@ -378,6 +378,13 @@ func (r RLConfig) rules() []rule {
 		atLeast("rl.step_group_weight", r.StepGroupWeight, 0, "must be >= 0"),
 		oneOf("rl.step_group_key", r.StepGroupKey, "", StepKeyObservation, StepKeyState),
 		atLeast("rl.step_rejected_cost", r.StepRejectedCost, 0, "must be >= 0"),
+		{key: "rl.step_group_weight", id: "options", check: func() error {
+			// The key and the charge only shape GiGPO's step term: without
+			// it they would be accepted and do nothing.
+			return when(r.StepGroupWeight == 0 && (r.StepGroupKey == StepKeyState || r.StepRejectedCost > 0), func() error {
+				return bad("rl.step_group_weight", r.StepGroupWeight, "rl.step_group_key \"state\" and rl.step_rejected_cost act only through the step-level term: set rl.step_group_weight > 0 or leave them out")
+			})
+		}},
 		oneOf("rl.drop_flat", r.DropFlat, "", DropZeroAdvantage, DropNoSignal),
 		oneOf("rl.distill_form", r.DistillForm, "", "gated_nll", "signed"),
 		atLeast("rl.delta_clip", r.DeltaClip, 0, "must be >= 0 (0: 5 nats)"),

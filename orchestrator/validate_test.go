@@ -91,15 +91,18 @@ var ruleCases = map[string]func(c *Config){
 	"rl.step_group_weight":  func(c *Config) { c.RL.StepGroupWeight = -1 },
 	"rl.step_group_key":     func(c *Config) { c.RL.StepGroupKey = "text" },
 	"rl.step_rejected_cost": func(c *Config) { c.RL.StepRejectedCost = -1 },
-	"rl.drop_flat":          func(c *Config) { c.RL.DropFlat = "all" },
-	"rl.term_grads_every":   func(c *Config) { c.RL.TermGradsEvery = -1 },
-	"rl.distill_form":       func(c *Config) { c.RL.DistillForm = "forward_kl" },
-	"rl.delta_clip":         func(c *Config) { c.RL.DeltaClip = -1 },
-	"rl.distill_baseline":   func(c *Config) { c.RL.DistillBaseline = "groupmate" },
-	"rl.server_old_logp":    func(c *Config) { c.Rollout.Temperature, c.RL.ServerOldLogP = 0.7, true },
-	"eval.every":            func(c *Config) { c.Eval.Every = -1 },
-	"eval.episodes":         func(c *Config) { c.Eval.Episodes = -1 },
-	"eval.temperature":      func(c *Config) { c.Eval.Temperature = -1 },
+	"rl.step_group_weight/options": func(c *Config) {
+		c.RL.StepGroupWeight, c.RL.StepGroupKey = 0, StepKeyState
+	},
+	"rl.drop_flat":        func(c *Config) { c.RL.DropFlat = "all" },
+	"rl.term_grads_every": func(c *Config) { c.RL.TermGradsEvery = -1 },
+	"rl.distill_form":     func(c *Config) { c.RL.DistillForm = "forward_kl" },
+	"rl.delta_clip":       func(c *Config) { c.RL.DeltaClip = -1 },
+	"rl.distill_baseline": func(c *Config) { c.RL.DistillBaseline = "groupmate" },
+	"rl.server_old_logp":  func(c *Config) { c.Rollout.Temperature, c.RL.ServerOldLogP = 0.7, true },
+	"eval.every":          func(c *Config) { c.Eval.Every = -1 },
+	"eval.episodes":       func(c *Config) { c.Eval.Episodes = -1 },
+	"eval.temperature":    func(c *Config) { c.Eval.Temperature = -1 },
 	"eval.sampled_temperature": func(c *Config) {
 		c.Eval.SampledTemperature = math.NaN()
 	},

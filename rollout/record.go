@@ -125,6 +125,23 @@ func (t *Trajectory) RejectedSteps() int {
 	return n
 }
 
+// Returns are the discounted returns from each step to the end,
+// G_i = Σ_k≥i γ^(k−i) r_k, of per-step rewards reward(i, step) (nil: the
+// environment's rewards).
+func (t *Trajectory) Returns(gamma float64, reward func(i int, s Step) float64) []float64 {
+	out := make([]float64, len(t.Steps))
+	g := 0.0
+	for i := len(t.Steps) - 1; i >= 0; i-- {
+		r := t.Steps[i].Reward
+		if reward != nil {
+			r = reward(i, t.Steps[i])
+		}
+		g = r + gamma*g
+		out[i] = g
+	}
+	return out
+}
+
 // WriteJSONL writes trajectories one per line, atomically.
 func WriteJSONL(path string, trajs []*Trajectory) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

@@ -27,17 +27,6 @@ func anchor(t *rollout.Trajectory, i int) string {
 	return t.Steps[i-1].Observation
 }
 
-// stepReturns are the discounted returns from each step to the end.
-func stepReturns(t *rollout.Trajectory, gamma float64) []float64 {
-	out := make([]float64, len(t.Steps))
-	g := 0.0
-	for i := len(t.Steps) - 1; i >= 0; i-- {
-		g = t.Steps[i].Reward + gamma*g
-		out[i] = g
-	}
-	return out
-}
-
 // CriticalSteps picks candidate critical steps for each trajectory of one
 // GRPO group (the G trajectories of one task), as docs/algorithm.md describes:
 // steps taken in the same anchor state (identical observation) are grouped
@@ -54,7 +43,7 @@ func CriticalSteps(group []*rollout.Trajectory, cfg CriticalConfig) map[string][
 	groups := map[string][]member{}
 	var keys []string
 	for _, t := range group {
-		rets := stepReturns(t, cfg.Gamma)
+		rets := t.Returns(cfg.Gamma, nil)
 		for i := range t.Steps {
 			a := anchor(t, i)
 			if _, ok := groups[a]; !ok {
