@@ -43,6 +43,11 @@ type RLSequence struct {
 	// skill text does to the log-probs and keeps what this skill says.
 	// Read only at distilled positions.
 	BaselineLogP []float32
+	// TeacherDist, read by the full-distribution form (DistillFull),
+	// holds the teacher's next-token distribution at every distilled
+	// position (nil elsewhere); TeacherLogP still gives the sampled
+	// token's log-prob for the shift statistics.
+	TeacherDist []*TokenDist
 }
 
 // RLConfig weighs the loss L = L_GRPO + λ·L_OPD + c_KL·KL (docs/algorithm.md).
@@ -89,11 +94,18 @@ type RLConfig struct {
 	// DistillForm is the distillation term's form: DistillGatedNLL (""
 	// too: the paper's g·Δ with g = σ(β·Δ) held constant, whose gradient
 	// −g·∇ℓθ raises every distilled sampled token, more where the teacher
-	// agrees) or DistillSigned (ours, off by default: −Δ̃·∇ℓθ, raising the
-	// tokens the teacher endorses and lowering those it rejects).
+	// agrees), DistillSigned (ours, off by default: −Δ̃·∇ℓθ, raising the
+	// tokens the teacher endorses and lowering those it rejects) or
+	// DistillFull (on-policy distillation's exact per-token reverse KL
+	// Σ_v πθ(v)·(log πθ(v) − log πT(v)) over the teacher's distribution,
+	// RLSequence.TeacherDist: no sampling noise in the signal).
 	DistillForm string
 	// DeltaClip bounds |Δ| in the signed form (0: DefaultDeltaClip).
 	DeltaClip float64
+	// PGCoef weighs the clipped policy-gradient (GRPO) term: 1 in
+	// DefaultRLConfig; 0 trains on the other terms alone (distillation
+	// without outcome reward: the on-policy distillation control).
+	PGCoef float64
 	// TermGradsEvery > 0 splits the gradient by loss term (RLStats'
 	// TermGrads) on every TermGradsEvery-th optimizer step: one extra
 	// backward pass per active term over the mini-batch, and 4 bytes per
@@ -111,6 +123,7 @@ const (
 const (
 	DistillGatedNLL = "gated_nll"
 	DistillSigned   = "signed"
+	DistillFull     = "full"
 )
 
 // DefaultDeltaClip is RLConfig.DeltaClip's default: a teacher shift
@@ -122,7 +135,7 @@ const DefaultDecisionProb = 0.9
 
 // DefaultRLConfig is the SEED reference setting.
 func DefaultRLConfig() RLConfig {
-	return RLConfig{ClipEps: 0.2, Lambda: 0.01, Beta: 5, KLCoef: 0.01, KLClamp: 10, MicroBatchTokens: 8192, ClipNorm: 1, ClipRatioC: 3, EntropyCoef: 0.001}
+	return RLConfig{ClipEps: 0.2, Lambda: 0.01, Beta: 5, KLCoef: 0.01, KLClamp: 10, MicroBatchTokens: 8192, ClipNorm: 1, ClipRatioC: 3, EntropyCoef: 0.001, PGCoef: 1}
 }
 
 // Validate names the first bad field.
@@ -154,8 +167,10 @@ func (c RLConfig) Validate() error {
 		return fmt.Errorf("rl config: entropy_coef %v must be >= 0", c.EntropyCoef)
 	case c.DecisionProb < 0 || c.DecisionProb > 1:
 		return fmt.Errorf("rl config: decision_prob %v must be in [0, 1]", c.DecisionProb)
-	case c.DistillForm != "" && c.DistillForm != DistillGatedNLL && c.DistillForm != DistillSigned:
-		return fmt.Errorf("rl config: distill_form %q: want %q or %q", c.DistillForm, DistillGatedNLL, DistillSigned)
+	case c.DistillForm != "" && c.DistillForm != DistillGatedNLL && c.DistillForm != DistillSigned && c.DistillForm != DistillFull:
+		return fmt.Errorf("rl config: distill_form %q: want %q, %q or %q", c.DistillForm, DistillGatedNLL, DistillSigned, DistillFull)
+	case c.PGCoef < 0 || math.IsNaN(c.PGCoef) || math.IsInf(c.PGCoef, 0):
+		return fmt.Errorf("rl config: pg_coef %v must be a number >= 0", c.PGCoef)
 	case c.DeltaClip < 0 || math.IsNaN(c.DeltaClip):
 		return fmt.Errorf("rl config: delta_clip %v must be >= 0 (0: %v)", c.DeltaClip, DefaultDeltaClip)
 	case c.TermGradsEvery < 0:
@@ -280,7 +295,11 @@ func termsAt(lp float64, s *RLSequence, k int, cfg RLConfig) tokenTerms {
 			t.delta = float64(s.TeacherLogP[k] - s.BaselineLogP[k])
 		}
 		t.gate = 1 / (1 + math.Exp(-cfg.Beta*t.delta))
-		if cfg.DistillForm == DistillSigned {
+		if cfg.DistillForm == DistillFull {
+			// The reverse KL over the vocabulary is computed on the
+			// chunk's log-softmax (distillKL); the sampled token's
+			// shift stays a statistic.
+		} else if cfg.DistillForm == DistillSigned {
 			// The teacher's shift as a per-token reward: −Δ̃·(ℓθ − ℓold)
 			// has the gradient −Δ̃·∇ℓθ, raising what the teacher
 			// endorses and lowering what it rejects (on-policy
@@ -331,6 +350,9 @@ func (s *RLSequence) check(vocab int) error {
 	}
 	if s.BaselineLogP != nil && (s.Distill == nil || len(s.BaselineLogP) != n) {
 		return fmt.Errorf("rl sequence %q: %d baseline log-probs need distill marks and %d entries", s.ID, len(s.BaselineLogP), n)
+	}
+	if s.TeacherDist != nil && (s.Distill == nil || len(s.TeacherDist) != n) {
+		return fmt.Errorf("rl sequence %q: %d teacher distributions need distill marks and %d entries", s.ID, len(s.TeacherDist), n)
 	}
 	if math.IsNaN(s.Advantage) || math.IsInf(s.Advantage, 0) {
 		return fmt.Errorf("rl sequence %q: advantage %v: %w", s.ID, s.Advantage, ErrNonFinite)
@@ -444,6 +466,11 @@ func (m *Model) rlStep(opt *Optimizer, g *ProcessGroup, batch []RLSequence, cfg 
 		}
 		lens[i] = len(s.IDs) - 1
 	}
+	if cfg.DistillForm == DistillFull {
+		if err := checkDists(batch, m.cfg.VocabSize); err != nil {
+			return st, fmt.Errorf("rl step: %w", err)
+		}
+	}
 	nTrain, nDistill, nKL := countTokens(batch)
 	nSeq := len(batch)
 	if g != nil {
@@ -517,7 +544,7 @@ func (m *Model) rlStep(opt *Optimizer, g *ProcessGroup, batch []RLSequence, cfg 
 		st.KL /= float64(nKL)
 	}
 	st.Entropy = acc.ent / float64(nTrain)
-	st.Loss = st.GRPOLoss + cfg.Lambda*st.OPDLoss + cfg.KLCoef*st.KL - cfg.EntropyCoef*st.Entropy
+	st.Loss = cfg.PGCoef*st.GRPOLoss + cfg.Lambda*st.OPDLoss + cfg.KLCoef*st.KL - cfg.EntropyCoef*st.Entropy
 	if cfg.Agg == AggVerl {
 		st.Loss = verlLoss // the loss the gradient is of; the terms above stay whole-batch means
 	}
@@ -608,7 +635,7 @@ func (m *Model) rlVerlMicroBatches(batch []RLSequence, lens []int, g *ProcessGro
 				return 0, err
 			}
 		}
-		l := (st.GRPOLoss - before[0]) / float64(nT)
+		l := cfg.PGCoef * (st.GRPOLoss - before[0]) / float64(nT)
 		if nD > 0 {
 			l += cfg.Lambda * (st.OPDLoss - before[1]) / float64(nD)
 		}
@@ -768,7 +795,7 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 		}
 		t := termsAt(l, s, pos, cfg)
 		st.GRPOLoss += t.grpo
-		dG, dO, dK := t.dGRPO/float64(nTrain), 0.0, 0.0
+		dG, dO, dK := cfg.PGCoef*t.dGRPO/float64(nTrain), 0.0, 0.0
 		if t.clipped {
 			acc.clip++
 		}
@@ -824,8 +851,78 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 	if cfg.EntropyCoef > 0 && (acc.only == termAll || acc.only == termEntropy) {
 		entropy = entropyGrad
 	}
-	return m.headBackward(in, targets, cfg.Temperature, entropy, nil, derivs)
+	var extra headExtra
+	if cfg.DistillForm == DistillFull && nDistill > 0 {
+		w := 0.0 // the reverse KL's weight in the loss being differentiated
+		if acc.only == termAll || acc.only == termOPD {
+			w = cfg.Lambda / float64(nDistill)
+		}
+		extra = func(lo, c int, logp *ts.Tensor) (*ts.Tensor, error) {
+			var pos []int64
+			var dists []*TokenDist
+			var ids []string
+			for j := lo; j < lo+c; j++ {
+				b, k := j/width, j%width
+				s := &batch[mb[b]]
+				if targets[b][k] < 0 || s.Distill == nil || !s.Distill[k+1] {
+					continue
+				}
+				pos, dists = append(pos, int64(j-lo)), append(dists, s.TeacherDist[k+1])
+				ids = append(ids, s.ID)
+			}
+			if len(pos) == 0 {
+				return nil, nil
+			}
+			kl := m.distillKL(logp, pos, dists)
+			for i, v := range values1D(kl) {
+				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+					drop(kl)
+					return nil, fmt.Errorf("rl step: reverse KL %v of %q at %d: %w", v, ids[i], lo+int(pos[i]), ErrNonFinite)
+				}
+				st.OPDLoss += float64(v)
+			}
+			if w == 0 {
+				drop(kl)
+				return nil, nil
+			}
+			return mulScalar(must(kl.Sum(gotch.Float, true)), w, true), nil
+		}
+	}
+	return m.headBackwardWith(in, targets, cfg.Temperature, entropy, nil, derivs, extra)
 }
+
+// checkDists checks that every distilled token of batch has a teacher
+// distribution, all of one shape (the whole vocabulary, or k tokens).
+func checkDists(batch []RLSequence, vocab int) error {
+	shape, topk, seen := 0, false, false
+	for i := range batch {
+		s := &batch[i]
+		for k, d := range s.Distill {
+			if !d {
+				continue
+			}
+			if s.TeacherDist == nil || s.TeacherDist[k] == nil {
+				return fmt.Errorf("rl sequence %q: distilled position %d has no teacher distribution (distill_form %q needs one)", s.ID, k, DistillFull)
+			}
+			td := s.TeacherDist[k]
+			if err := td.check(vocab); err != nil {
+				return fmt.Errorf("rl sequence %q position %d: %w", s.ID, k, err)
+			}
+			if !seen {
+				shape, topk, seen = len(td.LogP), td.IDs != nil, true
+			} else if len(td.LogP) != shape || (td.IDs != nil) != topk {
+				return fmt.Errorf("rl sequence %q position %d: a teacher distribution of %d entries (top-k %v) among ones of %d (top-k %v)", s.ID, k, len(td.LogP), td.IDs != nil, shape, topk)
+			}
+		}
+	}
+	return nil
+}
+
+// headExtra adds a term computed on a chunk's whole log-softmax to the
+// chunk's surrogate: given the chunk's first flat position, its size and
+// its log-probs [c, V] (with a graph), it returns a scalar with a graph
+// (nil: nothing to add).
+type headExtra func(lo, c int, logp *ts.Tensor) (*ts.Tensor, error)
 
 // headChunkTokens bounds the positions whose [positions, vocabulary]
 // log-softmax exists at once in a training step: the head is applied to
@@ -861,6 +958,15 @@ var headChunkTokens = 1024
 // uploads once per chunk. The gradient is the same to the bit
 // (TestNLLHeadWithoutReadBacks).
 func (m *Model) headBackward(in Input, targets [][]int, temperature float64, entropy headEntropy, known []float32, derivs func(j int, l, e float64) (d, de float64, err error)) error {
+	return m.headBackwardWith(in, targets, temperature, entropy, known, derivs, nil)
+}
+
+// headBackwardWith is headBackward with a term on each chunk's whole
+// log-softmax (extra; nil: none, and it needs known to be nil).
+func (m *Model) headBackwardWith(in Input, targets [][]int, temperature float64, entropy headEntropy, known []float32, derivs func(j int, l, e float64) (d, de float64, err error), extra headExtra) error {
+	if extra != nil && known != nil {
+		return fmt.Errorf("head: a whole-distribution term needs the per-chunk path (no known derivatives)")
+	}
 	b, t, err := in.shape()
 	if err != nil {
 		return err
@@ -901,7 +1007,7 @@ func (m *Model) headBackward(in Input, targets [][]int, temperature float64, ent
 		if wt != nil {
 			ch.w = narrow(wt, lo, c)
 		}
-		lp, err := m.headChunk(leaf, ch, temperature, entropy, derivs)
+		lp, err := m.headChunk(leaf, ch, temperature, entropy, derivs, extra)
 		drop(ch.idx, ch.keep)
 		if ch.w != nil {
 			drop(ch.w)
@@ -961,7 +1067,7 @@ type headChunkInput struct {
 // headChunk is one chunk of headBackward. With ch.w it back-propagates
 // Σ w·ℓ and returns the chunk's log-probs, detached, for the caller to
 // read; without, it reads them, asks derivs, and returns nil.
-func (m *Model) headChunk(leaf *ts.Tensor, ch headChunkInput, temperature float64, entropy headEntropy, derivs func(j int, l, e float64) (d, de float64, err error)) (*ts.Tensor, error) {
+func (m *Model) headChunk(leaf *ts.Tensor, ch headChunkInput, temperature float64, entropy headEntropy, derivs func(j int, l, e float64) (d, de float64, err error), extra headExtra) (*ts.Tensor, error) {
 	withGrad := entropy == entropyGrad
 	h := narrow(leaf, ch.lo, ch.c)
 	logits := linear(h, m.lmHead, nil)
@@ -980,6 +1086,17 @@ func (m *Model) headChunk(leaf *ts.Tensor, ch headChunkInput, temperature float6
 		out := must(lp.Detach(false))
 		drop(lp)
 		return out, nil
+	}
+	var xs *ts.Tensor // the extra term's scalar, with a graph
+	if extra != nil {
+		var err error
+		if xs, err = extra(ch.lo, ch.c, logp); err != nil {
+			drop(logp, lp)
+			return nil, err
+		}
+		if xs != nil {
+			defer drop(xs)
+		}
 	}
 	// The entropy is read for the RL step's metrics; it keeps a graph only
 	// with the bonus. The NLL of SFT has no use for it.
@@ -1039,6 +1156,9 @@ func (m *Model) headChunk(leaf *ts.Tensor, ch headChunkInput, temperature float6
 		drop(em, wet, up)
 	}
 	sur := must(prod.Sum(gotch.Float, true))
+	if xs != nil {
+		sur = must(sur.Add(xs, true))
+	}
 	must0(sur.Backward())
 	drop(sur, wt)
 	return nil, nil

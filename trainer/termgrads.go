@@ -122,7 +122,7 @@ func (m *Model) gradVector() []float32 {
 // passes are thrown away.
 func (m *Model) termGradients(batch []RLSequence, lens []int, g *ProcessGroup, cfg RLConfig, nTrain, nDistill, nKL int) (*TermGrads, error) {
 	active := map[lossTerm]bool{
-		termGRPO:    true,
+		termGRPO:    cfg.PGCoef > 0,
 		termOPD:     cfg.Lambda > 0 && nDistill > 0,
 		termKL:      cfg.KLCoef > 0 && nKL > 0,
 		termEntropy: cfg.EntropyCoef > 0,
