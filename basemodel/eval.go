@@ -7,13 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/seedctl/seedctl/envadapters"
-	"github.com/seedctl/seedctl/envadapters/household"
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/inference/server"
 	"github.com/seedctl/seedctl/rollout"
@@ -222,60 +220,11 @@ func (r *EvalResult) Save(dir string) error {
 	return os.WriteFile(filepath.Join(dir, "eval.json"), append(b, '\n'), 0o644)
 }
 
-// donorScan is how many training tasks TransferDonors looks through.
-const donorScan = 2000
-
-// TransferDonors pairs each task with the first training task (of the
-// first donorScan) other than itself of the same family about the same
-// kind of object — for household, the object type its task line names;
-// elsewhere the family alone. Tasks without such a donor (household's
-// eval_unseen object types never occur in training) are left out.
+// TransferDonors pairs each task with its transfer donor
+// (skills.TransferIndex); tasks without one are left out.
 func TransferDonors(b envadapters.Builtin, tasks []envadapters.Task) (map[string]envadapters.Task, error) {
-	train, err := b.Tasks(envadapters.Train, min(donorScan, b.SplitSize(envadapters.Train)))
-	if err != nil {
-		return nil, fmt.Errorf("finding transfer donors: %w", err)
-	}
-	key := func(t envadapters.Task) string {
-		if b.Name() != household.Name {
-			return t.Family
-		}
-		return t.Family + "/" + goalObject(t.Goal)
-	}
-	first := map[string][]envadapters.Task{}
-	for _, t := range train {
-		if k := key(t); len(first[k]) < 2 {
-			first[k] = append(first[k], t)
-		}
-	}
-	out := map[string]envadapters.Task{}
-	for _, t := range tasks {
-		for _, d := range first[key(t)] {
-			if d.ID != t.ID {
-				out[t.ID] = d
-				break
-			}
-		}
-	}
-	return out, nil
+	return skills.TransferDonors(b, tasks)
 }
-
-// goalObject is the household object type a task line names ("" if none).
-func goalObject(goal string) string {
-	for _, w := range strings.Fields(strings.TrimSuffix(goal, ".")) {
-		if householdObjects[w] {
-			return w
-		}
-	}
-	return ""
-}
-
-var householdObjects = func() map[string]bool {
-	m := map[string]bool{}
-	for _, o := range household.ObjectTypes() {
-		m[o] = true
-	}
-	return m
-}()
 
 // ReadRecipe reads the recipe a bootstrapped model was built with.
 func ReadRecipe(dir string) (Recipe, bool) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/seedctl/seedctl/envadapters"
 	"github.com/seedctl/seedctl/envadapters/household"
+	"github.com/seedctl/seedctl/skills"
 )
 
 // TestOracleHintsFollowEnvOptions: the oracle's hint is about the expert
@@ -72,7 +73,7 @@ func TestTransferDonors(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if d.Split != envadapters.Train || d.Family != task.Family || goalObject(d.Goal) != goalObject(task.Goal) || goalObject(d.Goal) == "" {
+		if d.Split != envadapters.Train || d.Family != task.Family || skills.GoalObject(d.Goal) != skills.GoalObject(task.Goal) || skills.GoalObject(d.Goal) == "" {
 			t.Fatalf("%s (%q) got donor %s (%q)", task.ID, task.Goal, d.ID, d.Goal)
 		}
 	}
@@ -82,8 +83,8 @@ func TestTransferDonors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, task := range unseen {
-		if _, ok := ud[task.ID]; ok && (goalObject(task.Goal) == "potato" || goalObject(task.Goal) == "watch") {
-			t.Errorf("%s about a held-out object type %q has a donor", task.ID, goalObject(task.Goal))
+		if _, ok := ud[task.ID]; ok && (skills.GoalObject(task.Goal) == "potato" || skills.GoalObject(task.Goal) == "watch") {
+			t.Errorf("%s about a held-out object type %q has a donor", task.ID, skills.GoalObject(task.Goal))
 		}
 	}
 	place := regexp.MustCompile(`\b([a-z]+ \d+)\b`)

@@ -508,6 +508,12 @@ func (d *distLearner) RescoreRef(ctx context.Context, seqs [][]int) ([][]float32
 	return d.rescore(ctx, "rescore_ref", seqs, d.gotchLearner.RescoreRef)
 }
 
+// RescoreTeacher runs on rank 0 alone: the teacher is loaded there only,
+// and its distributions stay in this process.
+func (d *distLearner) RescoreTeacher(ctx context.Context, seqs [][]int, want [][]bool, topK int) ([][]float32, [][]*orchestrator.TokenDist, error) {
+	return d.gotchLearner.RescoreTeacher(ctx, seqs, want, topK)
+}
+
 func (d *distLearner) rescore(ctx context.Context, op string, seqs [][]int, own func(context.Context, [][]int) ([][]float32, error)) ([][]float32, error) {
 	n := len(d.workers) + 1
 	if len(seqs) < n {

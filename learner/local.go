@@ -14,13 +14,18 @@ import (
 
 // gotchLearner is the orchestrator's Learner over the trainer.
 type gotchLearner struct {
-	m, ref  *trainer.Model
-	opt     *trainer.Optimizer
-	rl      trainer.RLConfig
-	tokFrom string
-	maxTok  int
-	wd      float64
-	temp    float64 // sampling temperature every log-prob is taken at
+	m, ref *trainer.Model
+	// teacher is the distillation teacher (spec.Teacher), loaded on the
+	// first RescoreTeacher: with data parallelism only rank 0 scores it.
+	teacher    *trainer.Model
+	teacherDir string
+	modelOpts  trainer.ModelOptions
+	opt        *trainer.Optimizer
+	rl         trainer.RLConfig
+	tokFrom    string
+	maxTok     int
+	wd         float64
+	temp       float64 // sampling temperature every log-prob is taken at
 	// g is the data-parallel group when the learner is one of several
 	// ranks (run --nproc): steps take this rank's share of the rows.
 	g *trainer.ProcessGroup
@@ -56,7 +61,8 @@ func loadLearner(device string, spec orchestrator.LearnerSpec, g *trainer.Proces
 	l := &gotchLearner{m: m, tokFrom: spec.Policy, maxTok: max(spec.RL.MicroBatchTokens, 2), wd: spec.RL.WeightDecay, temp: spec.Temperature}
 	l.rl = trainer.RLConfig{ClipEps: spec.RL.ClipEps, Lambda: spec.RL.Lambda, Beta: spec.RL.Beta, KLCoef: spec.RL.KLCoef, KLClamp: spec.RL.KLClamp, Agg: spec.RL.Agg, MicroBatchRows: spec.RL.MicroBatchRows, MicroBatchTokens: spec.RL.MicroBatchTokens, ClipNorm: spec.RL.ClipNorm, Temperature: spec.Temperature,
 		ClipRatioC: spec.RL.ClipRatioC, EntropyCoef: spec.RL.EntropyCoef, TermGradsEvery: spec.RL.TermGradsEvery,
-		DistillForm: spec.RL.DistillForm, DeltaClip: spec.RL.DeltaClip}
+		DistillForm: spec.RL.DistillForm, DeltaClip: spec.RL.DeltaClip, PGCoef: spec.RL.PGCoef}
+	l.teacherDir, l.modelOpts = spec.Teacher, mo
 	l.g = g
 	if zero && g != nil {
 		l.opt, err = m.NewShardedAdamW(spec.RL.LR, spec.RL.WeightDecay, g)
@@ -102,12 +108,57 @@ func (l *gotchLearner) RescoreRef(ctx context.Context, seqs [][]int) ([][]float3
 	return l.ref.RescoreAt(seqs, l.maxTok, l.temp)
 }
 
+func (l *gotchLearner) RescoreTeacher(ctx context.Context, seqs [][]int, want [][]bool, topK int) ([][]float32, [][]*orchestrator.TokenDist, error) {
+	defer trainer.ReleaseFreeMemory()
+	m := l.m
+	if l.teacherDir != "" {
+		if l.teacher == nil {
+			t, err := trainer.LoadCheckpoint(l.teacherDir, l.modelOpts)
+			if err != nil {
+				return nil, nil, fmt.Errorf("loading the teacher model: %w", err)
+			}
+			if t.Config().VocabSize != l.m.Config().VocabSize {
+				t.Close()
+				return nil, nil, fmt.Errorf("teacher model %s has a vocabulary of %d, the policy %d: distillation needs the same tokenizer", l.teacherDir, t.Config().VocabSize, l.m.Config().VocabSize)
+			}
+			l.teacher = t
+		}
+		m = l.teacher
+	}
+	if want == nil {
+		lps, err := m.RescoreAt(seqs, l.maxTok, l.temp)
+		return lps, nil, err
+	}
+	lps, ds, err := m.RescoreDistAt(seqs, want, l.maxTok, l.temp, topK)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([][]*orchestrator.TokenDist, len(ds))
+	for i, row := range ds {
+		out[i] = make([]*orchestrator.TokenDist, len(row))
+		for k, d := range row {
+			if d != nil {
+				out[i][k] = &orchestrator.TokenDist{IDs: d.IDs, LogP: d.LogP}
+			}
+		}
+	}
+	return lps, out, nil
+}
+
 func (l *gotchLearner) Step(ctx context.Context, rows []orchestrator.Row, lr float64) (orchestrator.StepStats, error) {
 	defer trainer.ReleaseFreeMemory()
 	l.opt.SetLR(lr)
 	batch := make([]trainer.RLSequence, len(rows))
 	for i, r := range rows {
 		batch[i] = trainer.RLSequence{ID: r.ID, IDs: r.IDs, Train: r.Train, Advantage: r.Advantage, Advantages: r.Advantages, OldLogP: r.OldLogP, RefLogP: r.RefLogP, TeacherLogP: r.TeacherLogP, Distill: r.Distill, BaselineLogP: r.BaselineLogP}
+		if r.TeacherDist != nil {
+			batch[i].TeacherDist = make([]*trainer.TokenDist, len(r.TeacherDist))
+			for k, d := range r.TeacherDist {
+				if d != nil {
+					batch[i].TeacherDist[k] = &trainer.TokenDist{IDs: d.IDs, LogP: d.LogP}
+				}
+			}
+		}
 	}
 	var st trainer.RLStats
 	var err error
@@ -185,5 +236,8 @@ func (l *gotchLearner) Close() {
 	l.m.Close()
 	if l.ref != nil {
 		l.ref.Close()
+	}
+	if l.teacher != nil {
+		l.teacher.Close()
 	}
 }

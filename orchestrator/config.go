@@ -37,10 +37,18 @@ const (
 	// solving the same task (skills.PrivilegedAnalyzer); no stage 1.
 	// Built-in environments only: the mechanism ladder's top rung.
 	AlgoPrivilegedSkill = "privileged-skill"
+	// AlgoTransferSkill distils from transferable advice (ours): each
+	// trajectory's skill is the oracle's advice about the scripted expert
+	// solving a *different* training task of the same family and goal
+	// object (skills.TransferAnalyzer), what `seedctl eval --hints
+	// oracle-other` measures. Unlike the privileged teacher's, this
+	// advice holds nothing a plain policy could not learn. No stage 1;
+	// built-in environments only.
+	AlgoTransferSkill = "oracle-other-skill"
 )
 
 // Algos lists the accepted --algo values.
-var Algos = []string{AlgoSEED, AlgoGRPO, AlgoStaticSkill, AlgoRandomSkill, AlgoSEEDNoSFT, AlgoPrivilegedSkill}
+var Algos = []string{AlgoSEED, AlgoGRPO, AlgoStaticSkill, AlgoRandomSkill, AlgoSEEDNoSFT, AlgoPrivilegedSkill, AlgoTransferSkill}
 
 // EnvConfig selects the environment.
 type EnvConfig struct {
@@ -213,6 +221,15 @@ const (
 
 // DistillBaselineShuffled is RLConfig.DistillBaseline's contrastive gap.
 const DistillBaselineShuffled = "shuffled"
+
+// DistillFull is rl.distill_form's full-distribution reverse KL.
+const DistillFull = "full"
+
+// Teacher contexts (RLConfig.TeacherContext).
+const (
+	TeacherContextSkill = "skill"
+	TeacherContextPlain = "plain"
+)
 
 // Stage-2 updates (UseUpdate).
 const (
@@ -423,6 +440,31 @@ type RLConfig struct {
 	DistillForm string `json:"distill_form,omitempty"`
 	// DeltaClip bounds |Δ| in the signed form (0: 5 nats).
 	DeltaClip float64 `json:"delta_clip,omitempty"`
+	// DistillForm "full" is on-policy distillation's exact per-token
+	// reverse KL, Σ_v πθ(v)·(log πθ(v) − log πT(v)), over the teacher's
+	// next-token distribution at every distilled token (Agarwal et al.;
+	// TRL's GKDTrainer at beta 1): no sampling noise, and the gradient
+	// moves every token's probability toward the teacher's, not only the
+	// sampled one's. DistillTopK keeps the teacher's k most probable
+	// tokens per position and the rest as one tail bucket (ms-swift's
+	// gkd_logits_topk); 0 keeps the whole vocabulary (4 bytes per token
+	// of vocabulary per distilled token in host memory).
+	DistillTopK int `json:"distill_topk,omitempty"`
+	// PGCoef weighs the GRPO (policy-gradient) term (1, the paper's);
+	// 0 trains on distillation (and KL/entropy) alone: the control that
+	// shows whether the distillation path teaches by itself.
+	PGCoef float64 `json:"pg_coef"`
+	// TeacherModel is the distillation teacher's checkpoint (TRL's
+	// teacher_model; same tokenizer as the policy), frozen for the run;
+	// "" (the paper's): the current policy θ_k scores its own teacher
+	// contexts.
+	TeacherModel string `json:"teacher_model,omitempty"`
+	// TeacherContext is what the teacher reads: "skill" ("" too; the
+	// plain context with the trajectory's skill inserted, the paper's)
+	// or "plain" (the plain context itself: standard on-policy
+	// distillation from teacher_model, every trained token distilled,
+	// no analysis).
+	TeacherContext string `json:"teacher_context,omitempty"`
 	// DistillBaseline is what the teacher's log-prob is compared with:
 	// "" the policy's own (the paper's Δ = ℓᵀ − ℓθ) or "shuffled" (ours,
 	// off by default: the contrastive gap Δ = ℓᵀ − ℓᴮ, ℓᴮ scored with a
@@ -694,7 +736,7 @@ func Default() Config {
 	c.RL = RLConfig{Lambda: 0.01, Beta: 5, KLCoef: 0.01, KLClamp: 10, ClipEps: 0.2, LR: 2e-4, WeightDecay: 0, ClipNorm: 1,
 		MiniBatchRows: 256, MicroBatchTokens: 8192, MaxRefusals: 3,
 		Advantage: AdvStepRows, RewardScale: 10, Outcome: OutcomeSuccess, AdvEps: 1e-6, AdvNorm: AdvNormStd, ClipRatioC: 3, EntropyCoef: 0.001,
-		StepGroupWeight: 1}
+		StepGroupWeight: 1, PGCoef: 1}
 	// 200 tasks per split for the base and the final eval: a 50-task eval's
 	// success moves by ±6 points (one binomial std at 20%) between
 	// equivalent checkpoints, 200 tasks' by ±3, and the run's headline is
@@ -757,7 +799,7 @@ func (c Config) Distills() bool { return c.Algo != AlgoGRPO }
 // learnerSpec is what the learner loads: the policy and reference
 // checkpoints, trained at the rollouts' sampling temperature.
 func (c Config) learnerSpec(policy, reference string) LearnerSpec {
-	return LearnerSpec{Policy: policy, Reference: reference, RL: c.RL, Seed: uint64(c.Seed), Temperature: c.Rollout.Temperature}
+	return LearnerSpec{Policy: policy, Reference: reference, Teacher: c.RL.TeacherModel, RL: c.RL, Seed: uint64(c.Seed), Temperature: c.Rollout.Temperature}
 }
 
 // evalRolloutConfig is the rollout config of an evaluation: one sample
@@ -917,6 +959,25 @@ func (c Config) Recipe() []string {
 	add("algo %s, %d iterations × %d tasks × %d trajectories", c.Algo, c.Iterations, c.TasksPerIteration, c.Rollout.GroupSize)
 	if c.Algo == AlgoPrivilegedSkill {
 		add("teacher: the oracle's advice about the scripted expert solving the same task, a privileged teacher (ours: the mechanism ladder's top rung)")
+	}
+	if c.Algo == AlgoTransferSkill {
+		add("teacher: the oracle's advice about the scripted expert solving another training task of the same family and goal object (ours: transferable advice)")
+	}
+	if rl.TeacherModel != "" {
+		add("teacher model: %s, frozen (ours; the paper's teacher is the current policy)", rl.TeacherModel)
+	}
+	if rl.TeacherContext == TeacherContextPlain {
+		add("teacher context: the plain context, every trained token distilled (standard on-policy distillation; the paper's inserts the skill)")
+	}
+	if rl.PGCoef != 1 {
+		add("policy-gradient (GRPO) term weighted %g (ours; 0: distillation alone)", rl.PGCoef)
+	}
+	if rl.DistillForm == DistillFull {
+		k := "the whole vocabulary"
+		if rl.DistillTopK > 0 {
+			k = fmt.Sprintf("the teacher's top %d tokens and a tail bucket", rl.DistillTopK)
+		}
+		add("distillation term: the exact per-token reverse KL(πθ ‖ πT) over %s (on-policy distillation; the paper's is the gated NLL σ(β·Δ)·Δ)", k)
 	}
 	if rl.DistillForm == "signed" {
 		add("distillation term: the signed teacher shift −Δ̃·∇ℓθ, |Δ̃| ≤ %g (ours; the paper's is the gated NLL σ(β·Δ)·Δ)", map[bool]float64{true: 5, false: rl.DeltaClip}[rl.DeltaClip == 0])

@@ -47,6 +47,25 @@ func (l *lengthLearner) Rescore(_ context.Context, seqs [][]int) ([][]float32, e
 	return lengthScores(seqs), nil
 }
 
+// RescoreTeacher scores as Rescore and, where asked, gives a one-token
+// distribution holding that score.
+func (l *lengthLearner) RescoreTeacher(ctx context.Context, seqs [][]int, want [][]bool, _ int) ([][]float32, [][]*TokenDist, error) {
+	lps, _ := l.Rescore(ctx, seqs)
+	if want == nil {
+		return lps, nil, nil
+	}
+	ds := make([][]*TokenDist, len(seqs))
+	for i, s := range seqs {
+		ds[i] = make([]*TokenDist, len(s))
+		for k, w := range want[i] {
+			if w {
+				ds[i][k] = &TokenDist{IDs: []int32{int32(s[k])}, LogP: []float32{lps[i][k]}}
+			}
+		}
+	}
+	return lps, ds, nil
+}
+
 func (l *lengthLearner) RescoreRef(_ context.Context, seqs [][]int) ([][]float32, error) {
 	return lengthScores(seqs), nil
 }

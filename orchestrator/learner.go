@@ -23,6 +23,17 @@ type Row struct {
 	// BaselineLogP: the log-probs with another task's skill in the same
 	// places (rl.distill_baseline "shuffled"); nil otherwise.
 	BaselineLogP []float32
+	// TeacherDist: the teacher's next-token distribution at each distilled
+	// position (rl.distill_form "full"); nil otherwise.
+	TeacherDist []*TokenDist `json:",omitempty"`
+}
+
+// TokenDist is a next-token distribution at one position: the top k
+// tokens' log-probs (IDs set; the rest of the vocabulary is one tail
+// bucket) or the whole vocabulary's in id order (IDs nil).
+type TokenDist struct {
+	IDs  []int32   `json:"ids,omitempty"`
+	LogP []float32 `json:"logp"`
 }
 
 // SFTExample is one stage-1 sequence; Loss marks trained positions.
@@ -54,6 +65,12 @@ type Learner interface {
 	Rescore(ctx context.Context, seqs [][]int) ([][]float32, error)
 	// RescoreRef is Rescore under the frozen reference policy.
 	RescoreRef(ctx context.Context, seqs [][]int) ([][]float32, error)
+	// RescoreTeacher is Rescore under the distillation teacher (the
+	// spec's Teacher checkpoint, or the current weights without one) and,
+	// where want marks a position (want may be nil), the teacher's
+	// distribution there: its topK most probable tokens, or the whole
+	// vocabulary with topK 0.
+	RescoreTeacher(ctx context.Context, seqs [][]int, want [][]bool, topK int) ([][]float32, [][]*TokenDist, error)
 	// Step is one RL optimizer step at learning rate lr; a non-finite step
 	// returns an error for which IsRefusal is true and leaves the weights
 	// unchanged.
@@ -71,8 +88,11 @@ type LearnerSpec struct {
 	// Policy is the checkpoint to train from (with optimizer state when a
 	// resumed run saved one); Reference is the frozen KL reference.
 	Policy, Reference string
-	RL                RLConfig
-	Seed              uint64
+	// Teacher is the distillation teacher's checkpoint (rl.teacher_model;
+	// "": the policy being trained scores its own teacher contexts).
+	Teacher string
+	RL      RLConfig
+	Seed    uint64
 	// Temperature is the rollouts' sampling temperature: the learner's
 	// log-probs (ℓθ, recomputed ℓold, the teacher's and the reference's)
 	// are of softmax(logits/Temperature), the distribution the tokens were

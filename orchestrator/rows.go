@@ -436,6 +436,38 @@ func scatterSpans(n int, p skills.SeqPair, lp []float32) []float32 {
 	return out
 }
 
+// teacherPositions marks the positions of p's teacher sequence whose
+// plain counterparts r distils: where the teacher's distribution is read.
+func teacherPositions(r *Row, p skills.SeqPair) []bool {
+	out := make([]bool, len(p.Teacher))
+	for _, sp := range p.Spans {
+		if !sp.Distill {
+			continue
+		}
+		for j := 0; j < sp.Len; j++ {
+			if r.Distill != nil && r.Distill[sp.PlainStart+j] {
+				out[sp.TeacherStart+j] = true
+			}
+		}
+	}
+	return out
+}
+
+// scatterDists places the distributions read on p's teacher sequence at
+// the plain positions of its distilled spans (n positions, nil elsewhere).
+func scatterDists(n int, p skills.SeqPair, ds []*TokenDist) []*TokenDist {
+	out := make([]*TokenDist, n)
+	for _, sp := range p.Spans {
+		if !sp.Distill {
+			continue
+		}
+		for j := 0; j < sp.Len; j++ {
+			out[sp.PlainStart+j] = ds[sp.TeacherStart+j]
+		}
+	}
+	return out
+}
+
 // sameSpans checks that a contrastive baseline context distils exactly
 // the teacher context's tokens: its skill text sits in the same places.
 func sameSpans(tc, base *skills.TeacherContext) error {

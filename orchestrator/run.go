@@ -139,6 +139,8 @@ type run struct {
 	// privileged is algo privileged-skill's teacher (its skills cached
 	// per task across iterations).
 	privileged *skills.PrivilegedAnalyzer
+	// transfer is algo oracle-other-skill's teacher.
+	transfer *skills.TransferAnalyzer
 }
 
 // Start begins a new run in cfg.RunsDir/cfg.Name. A folder that already
@@ -919,7 +921,7 @@ func (r *run) iterate(ctx context.Context, k int) error {
 	}
 	// SEED's hindsight analysis starts on each group as it ends (analysisPipe).
 	var pipe *analysisPipe
-	if r.cfg.Distills() {
+	if r.cfg.Distills() && r.cfg.RL.TeacherContext != TeacherContextPlain {
 		an, err := r.iterationAnalyzer(k)
 		if err != nil {
 			return err
@@ -1164,6 +1166,15 @@ func (r *run) iterationAnalyzer(k int) (skills.Analyzer, error) {
 			r.privileged = &skills.PrivilegedAnalyzer{Env: b, Options: r.cfg.rolloutConfig(0).EnvOptions}
 		}
 		return r.privileged, nil
+	case AlgoTransferSkill:
+		if r.transfer == nil {
+			b, err := envadapters.Lookup(r.cfg.Env.Name)
+			if err != nil {
+				return nil, fmt.Errorf("transfer teacher: %w", err)
+			}
+			r.transfer = &skills.TransferAnalyzer{Env: b, Options: r.cfg.rolloutConfig(0).EnvOptions}
+		}
+		return r.transfer, nil
 	default:
 		return &skills.SelfAnalyzer{Policy: r.policy, MaxTokens: r.cfg.AnalysisTokens, Temperature: 0, K: r.cfg.MaxStepSkills, Snapshot: fmt.Sprintf("iter-%d", k-1), NoRepair: !r.cfg.AnalysisRepair}, nil
 	}
@@ -1308,6 +1319,19 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, p *pla
 			continue // no rows (scorePlain)
 		}
 		tr := p.rows[i]
+		if r.cfg.RL.TeacherContext == TeacherContextPlain && r.cfg.Distills() {
+			// Standard on-policy distillation: the teacher model reads
+			// the plain context and scores every trained token.
+			for j := range tr {
+				row := &tr[j]
+				row.Distill = slices.Clone(row.Train)
+				n := len(row.IDs)
+				pend = append(pend, pending{row: len(rows) + j, pair: skills.SeqPair{Plain: row.IDs, Teacher: row.IDs, Spans: []skills.Span{{PlainStart: 0, TeacherStart: 0, Len: n, Distill: true}}}})
+				teacherSeqs = append(teacherSeqs, row.IDs)
+			}
+			rows = append(rows, tr...)
+			continue
+		}
 		sk := sks[t.ID]
 		var base *skills.TeacherContext
 		if sk != nil && contrast {
@@ -1355,13 +1379,29 @@ func (r *run) buildRows(ctx context.Context, trajs []*rollout.Trajectory, p *pla
 		vals["contrast_unpaired"] = float64(unpaired)
 	}
 	if len(teacherSeqs) > 0 {
-		lps, err := r.learner.Rescore(ctx, append(teacherSeqs, baseSeqs...))
+		all := append(teacherSeqs, baseSeqs...)
+		var want [][]bool
+		if r.cfg.RL.DistillForm == DistillFull {
+			// The teacher's distribution at every distilled token (the
+			// baseline's log-probs stay sampled-token only).
+			want = make([][]bool, len(all))
+			for i, p := range pend {
+				want[i] = teacherPositions(&rows[p.row], p.pair)
+			}
+			for i := len(pend); i < len(all); i++ {
+				want[i] = make([]bool, len(all[i]))
+			}
+		}
+		lps, dists, err := r.learner.RescoreTeacher(ctx, all, want, r.cfg.RL.DistillTopK)
 		if err != nil {
 			return nil, fmt.Errorf("teacher rescoring: %w", err)
 		}
 		nb := 0
 		for i, p := range pend {
 			fillTeacher(&rows[p.row], p.pair, lps[i])
+			if dists != nil {
+				rows[p.row].TeacherDist = scatterDists(len(rows[p.row].IDs), p.pair, dists[i])
+			}
 			if p.base != nil {
 				rows[p.row].BaselineLogP = scatterSpans(len(rows[p.row].IDs), *p.base, lps[len(teacherSeqs)+nb])
 				nb++

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -386,7 +387,21 @@ func (r RLConfig) rules() []rule {
 			})
 		}},
 		oneOf("rl.drop_flat", r.DropFlat, "", DropZeroAdvantage, DropNoSignal),
-		oneOf("rl.distill_form", r.DistillForm, "", "gated_nll", "signed"),
+		oneOf("rl.distill_form", r.DistillForm, "", "gated_nll", "signed", DistillFull),
+		{key: "rl.distill_topk", check: func() error {
+			return when(r.DistillTopK < 0 || r.DistillTopK > 0 && r.DistillForm != DistillFull, func() error {
+				return bad("rl.distill_topk", r.DistillTopK, "must be >= 0 and is read by rl.distill_form \"full\" only")
+			})
+		}},
+		{key: "rl.pg_coef", check: func() error {
+			return when(!(r.PGCoef >= 0) || math.IsInf(r.PGCoef, 0), func() error { return bad("rl.pg_coef", r.PGCoef, "must be a number >= 0 (1: the paper's)") })
+		}},
+		oneOf("rl.teacher_context", r.TeacherContext, "", TeacherContextSkill, TeacherContextPlain),
+		{key: "rl.teacher_context", id: "model", check: func() error {
+			return when(r.TeacherContext == TeacherContextPlain && r.TeacherModel == "", func() error {
+				return bad("rl.teacher_context", r.TeacherContext, "a plain teacher context needs rl.teacher_model: the policy scoring its own plain context teaches nothing")
+			})
+		}},
 		atLeast("rl.delta_clip", r.DeltaClip, 0, "must be >= 0 (0: 5 nats)"),
 		oneOf("rl.distill_baseline", r.DistillBaseline, "", DistillBaselineShuffled),
 		{key: "rl.term_grads_every", check: func() error {
@@ -423,6 +438,16 @@ func (e EvalConfig) rules() []rule {
 func (c Config) crossRules() []rule {
 	rc := c.rolloutConfig(0)
 	return []rule{
+		{key: "algo", id: "transfer", check: func() error {
+			return when(c.Algo == AlgoTransferSkill && c.Env.Kind != "builtin", func() error {
+				return fmt.Errorf("config: algo %s needs a built-in environment (its advice comes from the built-in's scripted expert), not env.kind %q", AlgoTransferSkill, c.Env.Kind)
+			})
+		}},
+		{key: "rl.teacher_context", id: "algo", check: func() error {
+			return when(c.RL.TeacherContext == TeacherContextPlain && c.Algo != AlgoSEEDNoSFT, func() error {
+				return fmt.Errorf("config: rl.teacher_context \"plain\" distils without skills; algo %s writes skills for the teacher's context (use algo seed-no-sft)", c.Algo)
+			})
+		}},
 		{key: "algo", id: "privileged", check: func() error {
 			return when(c.Algo == AlgoPrivilegedSkill && c.Env.Kind != "builtin", func() error {
 				return fmt.Errorf("config: algo %s needs a built-in environment (its teacher is the built-in's scripted expert), not env.kind %q", AlgoPrivilegedSkill, c.Env.Kind)

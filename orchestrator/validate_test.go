@@ -9,8 +9,18 @@ import (
 // ruleCases breaks each rule of Config.rules, by rule name (key or
 // key/id), starting from validConfig.
 var ruleCases = map[string]func(c *Config){
-	"algo":                  func(c *Config) { c.Algo = "ppo" },
-	"algo/privileged":       func(c *Config) { c.Algo, c.Env = AlgoPrivilegedSkill, agentgymConfig("alfworld", nil).Env },
+	"algo":               func(c *Config) { c.Algo = "ppo" },
+	"algo/privileged":    func(c *Config) { c.Algo, c.Env = AlgoPrivilegedSkill, agentgymConfig("alfworld", nil).Env },
+	"algo/transfer":      func(c *Config) { c.Algo, c.Env = AlgoTransferSkill, agentgymConfig("alfworld", nil).Env },
+	"rl.distill_topk":    func(c *Config) { c.RL.DistillTopK = 16 }, // without distill_form full
+	"rl.pg_coef":         func(c *Config) { c.RL.PGCoef = -1 },
+	"rl.teacher_context": func(c *Config) { c.RL.TeacherContext = "hint" },
+	"rl.teacher_context/model": func(c *Config) {
+		c.Algo, c.RL.TeacherContext = AlgoSEEDNoSFT, TeacherContextPlain
+	},
+	"rl.teacher_context/algo": func(c *Config) {
+		c.RL.TeacherContext, c.RL.TeacherModel = TeacherContextPlain, "teacher"
+	},
 	"name":                  func(c *Config) { c.Name = "" },
 	"runs_dir":              func(c *Config) { c.RunsDir = "" },
 	"model":                 func(c *Config) { c.Model = "" },

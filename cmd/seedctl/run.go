@@ -132,7 +132,7 @@ func runCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "JSON run config (see configs/); default: the embedded default"},
 			&cli.StringFlag{Name: "resume", Usage: "continue the run in this directory from its last finished iteration"},
-			&cli.StringFlag{Name: "algo", Usage: "seed, grpo, static-skill, random-skill, seed-no-sft or privileged-skill"},
+			&cli.StringFlag{Name: "algo", Usage: "seed, grpo, static-skill, random-skill, seed-no-sft, privileged-skill or oracle-other-skill"},
 			&cli.StringFlag{Name: "name", Usage: "run name (folder under runs_dir)"},
 			&cli.StringFlag{Name: "runs-dir", Usage: "where run folders go"},
 			&cli.StringFlag{Name: "model", Usage: "base policy checkpoint (default: the committed tiny household model)"},
@@ -150,7 +150,11 @@ func runCommand() *cli.Command {
 			&cli.Float64Flag{Name: "lambda", Usage: "λ, the weight of the gated distillation loss (paper: 0.01)"},
 			&cli.Float64Flag{Name: "beta", Usage: "β of the gate σ(β·Δ) (paper: 5)"},
 			&cli.StringFlag{Name: "distill-baseline", Usage: "what the teacher's log-prob is compared with: the policy's own (default, the paper's) or shuffled (ours: another task's skill in the same places, the contrastive gap)"},
-			&cli.StringFlag{Name: "distill-form", Usage: "the distillation term: gated_nll (the paper's, default) or signed (ours: the teacher's clipped shift as a per-token reward, pushing rejected tokens down)"},
+			&cli.StringFlag{Name: "distill-form", Usage: "the distillation term: gated_nll (the paper's, default), signed (ours: the teacher's clipped shift as a per-token reward, pushing rejected tokens down) or full (on-policy distillation: the exact per-token reverse KL to the teacher's distribution)"},
+			&cli.IntFlag{Name: "distill-topk", Usage: "with --distill-form full: keep the teacher's k most probable tokens per position and the rest as one tail bucket (0: the whole vocabulary)"},
+			&cli.Float64Flag{Name: "pg-coef", Usage: "weight of the GRPO policy-gradient term (1; 0: distillation alone)"},
+			&cli.StringFlag{Name: "teacher-model", Usage: "checkpoint of a frozen distillation teacher (same tokenizer); default: the current policy scores its own teacher contexts (the paper's)"},
+			&cli.StringFlag{Name: "teacher-context", Usage: "what the teacher reads: skill (the context with the trajectory's skill, default) or plain (standard on-policy distillation from --teacher-model; algo seed-no-sft)"},
 			&cli.IntFlag{Name: "term-grads-every", Usage: "split the update's gradient by loss term (GRPO, distillation, KL, entropy: norms, shares, cosines in metrics.jsonl) every this many optimizer steps; one extra backward pass per term on those steps (0: off)"},
 			&cli.IntFlag{Name: "max-steps", Usage: "episode step limit (training and eval)"},
 			&cli.StringFlag{Name: "invalid", Usage: "what makes a step invalid: format (the reply lacks its action tag or holds CJK characters: the public code's) or env (also actions the environment rejects)"},
@@ -284,6 +288,18 @@ func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) error {
 	}
 	if v := c.String("distill-baseline"); v != "" {
 		cfg.RL.DistillBaseline = v
+	}
+	if c.IsSet("distill-topk") {
+		cfg.RL.DistillTopK = c.Int("distill-topk")
+	}
+	if c.IsSet("pg-coef") {
+		cfg.RL.PGCoef = c.Float64("pg-coef")
+	}
+	if v := c.String("teacher-model"); v != "" {
+		cfg.RL.TeacherModel = v
+	}
+	if v := c.String("teacher-context"); v != "" {
+		cfg.RL.TeacherContext = v
 	}
 	if c.IsSet("term-grads-every") {
 		cfg.RL.TermGradsEvery = c.Int("term-grads-every")
