@@ -19,6 +19,10 @@ type Config struct {
 	EOSToken     string
 	PadToken     string
 	ChatTemplate string // the default template; "" when the file has none
+	// ChatTemplateFile names where ChatTemplate came from:
+	// "chat_template.jinja", "chat_template.json" or
+	// "tokenizer_config.json" ("" when there is none).
+	ChatTemplateFile string
 	// NamedTemplates holds the other templates of a list-form chat_template
 	// (e.g. "tool_use").
 	NamedTemplates map[string]string
@@ -26,7 +30,7 @@ type Config struct {
 }
 
 // ErrNoChatTemplate means tokenizer_config.json carries no chat template.
-var ErrNoChatTemplate = errors.New("no chat_template in tokenizer_config.json")
+var ErrNoChatTemplate = errors.New("no chat template (chat_template.jinja, chat_template.json or tokenizer_config.json's chat_template)")
 
 // LoadConfig reads a tokenizer_config.json.
 func LoadConfig(path string) (*Config, error) {

@@ -488,13 +488,65 @@ func Load(dir string) (*Tokenizer, *Config, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	cfg := &Config{NamedTemplates: map[string]string{}}
 	cfgPath := filepath.Join(dir, "tokenizer_config.json")
-	if _, err := os.Stat(cfgPath); errors.Is(err, os.ErrNotExist) {
-		return t, &Config{}, nil
+	if _, err := os.Stat(cfgPath); err == nil {
+		if cfg, err = LoadConfig(cfgPath); err != nil {
+			return nil, nil, err
+		}
+		if cfg.ChatTemplate != "" {
+			cfg.ChatTemplateFile = "tokenizer_config.json"
+		}
 	}
-	cfg, err := LoadConfig(cfgPath)
-	if err != nil {
+	if err := readTemplateFiles(dir, cfg); err != nil {
 		return nil, nil, err
 	}
 	return t, cfg, nil
+}
+
+// readTemplateFiles reads the chat templates transformers keeps beside
+// tokenizer_config.json, which take precedence over its chat_template
+// as they do in transformers: chat_template.jinja (transformers ≥ 4.47
+// and 5 write the template there), else chat_template.json (a processor's
+// {"chat_template": "…"}); and additional_chat_templates/NAME.jinja, the
+// named ones.
+func readTemplateFiles(dir string, cfg *Config) error {
+	if b, err := os.ReadFile(filepath.Join(dir, "chat_template.jinja")); err == nil {
+		cfg.ChatTemplate, cfg.ChatTemplateFile = string(b), "chat_template.jinja"
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("reading chat_template.jinja: %w", err)
+	} else if b, err := os.ReadFile(filepath.Join(dir, "chat_template.json")); err == nil {
+		var v struct {
+			ChatTemplate *string `json:"chat_template"`
+		}
+		if err := json.Unmarshal(b, &v); err != nil || v.ChatTemplate == nil {
+			return fmt.Errorf("chat_template.json: want {\"chat_template\": \"…\"} (%v)", err)
+		}
+		cfg.ChatTemplate, cfg.ChatTemplateFile = *v.ChatTemplate, "chat_template.json"
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("reading chat_template.json: %w", err)
+	}
+	extra := filepath.Join(dir, "additional_chat_templates")
+	ents, err := os.ReadDir(extra)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", extra, err)
+	}
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".jinja")
+		if !ok || e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(extra, e.Name()))
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", e.Name(), err)
+		}
+		if cfg.NamedTemplates == nil {
+			cfg.NamedTemplates = map[string]string{}
+		}
+		cfg.NamedTemplates[name] = string(b)
+	}
+	return nil
 }

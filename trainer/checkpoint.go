@@ -38,7 +38,7 @@ const (
 // tokenizerFiles are copied along with a checkpoint when present.
 var tokenizerFiles = []string{
 	"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-	"vocab.json", "merges.txt", "chat_template.jinja",
+	"vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json",
 }
 
 // ErrCheckpoint marks a checkpoint folder that cannot be loaded.

@@ -75,6 +75,10 @@ type ModelConfig struct {
 	EOSTokenID            any          `json:"eos_token_id"` // an id or a list of ids
 
 	Extra map[string]json.RawMessage `json:"-"`
+	// v5 records the keys transformers 5 writes in place of 4.x's, so a
+	// saved config keeps the file's style: rope_parameters (no top-level
+	// rope_theta / rope_scaling) and dtype (no torch_dtype).
+	v5Rope, v5DType bool
 }
 
 // knownConfigKeys are the keys ModelConfig decodes itself.
@@ -103,11 +107,14 @@ func ParseModelConfig(b []byte, name string) (*ModelConfig, error) {
 			c.Extra[k] = v
 		}
 	}
+	if err := c.readV5Keys(all); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	if c.NumKeyValueHeads == 0 {
 		c.NumKeyValueHeads = c.NumAttentionHeads
 	}
 	if c.RopeTheta == 0 {
-		c.RopeTheta = 10000
+		c.RopeTheta = 10000 // transformers' default for these architectures
 	}
 	if c.RMSNormEps == 0 {
 		c.RMSNormEps = 1e-6
@@ -223,7 +230,11 @@ func (c *ModelConfig) Validate() error {
 			return fmt.Errorf("field rope_scaling: llama3 needs factor>0, 0<low_freq_factor<high_freq_factor, original_max_position_embeddings>0")
 		}
 	default:
-		return fmt.Errorf("field rope_scaling.rope_type %q is not supported (default, linear, llama3)", c.RopeScaling.Kind())
+		key := "rope_scaling"
+		if c.v5Rope {
+			key = "rope_parameters"
+		}
+		return fmt.Errorf("field %s.rope_type %q is not supported (default, linear, llama3)", key, c.RopeScaling.Kind())
 	}
 	return nil
 }
@@ -241,6 +252,14 @@ func (c *ModelConfig) MarshalJSON() ([]byte, error) {
 	}
 	for k, v := range c.Extra {
 		m[k] = v
+	}
+	if c.v5Rope {
+		delete(m, "rope_theta")
+		delete(m, "rope_scaling")
+	}
+	if c.v5DType {
+		m["dtype"] = m["torch_dtype"]
+		delete(m, "torch_dtype")
 	}
 	return json.Marshal(m)
 }

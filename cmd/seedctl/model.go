@@ -293,27 +293,30 @@ func modelInspectCommand() *cli.Command {
 }
 
 type inspectReport struct {
-	Dir          string                 `json:"dir"`
-	Arch         string                 `json:"arch"`
-	Class        []string               `json:"architectures"`
-	Layers       int                    `json:"layers"`
-	Hidden       int                    `json:"hidden_size"`
-	Intermediate int                    `json:"intermediate_size"`
-	Heads        int                    `json:"attention_heads"`
-	KVHeads      int                    `json:"kv_heads"`
-	HeadDim      int                    `json:"head_dim"`
-	Vocab        int                    `json:"vocab_size"`
-	Tied         bool                   `json:"tie_word_embeddings"`
-	RopeTheta    float64                `json:"rope_theta"`
-	RopeScaling  string                 `json:"rope_scaling,omitempty"`
-	Params       int64                  `json:"parameters"`
-	DTypes       map[string]int64       `json:"parameters_by_dtype"`
-	Files        []string               `json:"weight_files"`
-	Bytes        int64                  `json:"weight_bytes"`
-	Tensors      []trainer.TensorInfo   `json:"tensors"`
-	Tokenizer    *inspectTokenizer      `json:"tokenizer,omitempty"`
-	Problems     []string               `json:"problems,omitempty"`
-	Extra        map[string]interface{} `json:"-"`
+	Dir          string               `json:"dir"`
+	Arch         string               `json:"arch"`
+	Class        []string             `json:"architectures"`
+	Layers       int                  `json:"layers"`
+	Hidden       int                  `json:"hidden_size"`
+	Intermediate int                  `json:"intermediate_size"`
+	Heads        int                  `json:"attention_heads"`
+	KVHeads      int                  `json:"kv_heads"`
+	HeadDim      int                  `json:"head_dim"`
+	Vocab        int                  `json:"vocab_size"`
+	Tied         bool                 `json:"tie_word_embeddings"`
+	RopeTheta    float64              `json:"rope_theta"`
+	RopeScaling  string               `json:"rope_scaling,omitempty"`
+	Params       int64                `json:"parameters"`
+	DTypes       map[string]int64     `json:"parameters_by_dtype"`
+	Files        []string             `json:"weight_files"`
+	Bytes        int64                `json:"weight_bytes"`
+	Tensors      []trainer.TensorInfo `json:"tensors"`
+	Tokenizer    *inspectTokenizer    `json:"tokenizer,omitempty"`
+	Problems     []string             `json:"problems,omitempty"`
+	// IgnoredKeys are config.json keys the forward pass does not read,
+	// each with why that is safe (keys that would change it are refused).
+	IgnoredKeys []trainer.IgnoredKey   `json:"ignored_config_keys,omitempty"`
+	Extra       map[string]interface{} `json:"-"`
 }
 
 type inspectTokenizer struct {
@@ -322,6 +325,7 @@ type inspectTokenizer struct {
 	EOS            string   `json:"eos_token"`
 	Pad            string   `json:"pad_token"`
 	ChatTemplate   bool     `json:"chat_template"`
+	TemplateFile   string   `json:"chat_template_file,omitempty"`
 	TemplateSample string   `json:"template_sample,omitempty"`
 }
 
@@ -336,7 +340,7 @@ func inspectModel(dir string) (*inspectReport, error) {
 		Hidden: cfg.HiddenSize, Intermediate: cfg.IntermediateSize, Heads: cfg.NumAttentionHeads,
 		KVHeads: cfg.NumKeyValueHeads, HeadDim: cfg.HeadDimension(), Vocab: cfg.VocabSize,
 		Tied: cfg.TieWordEmbeddings, RopeTheta: cfg.RopeTheta, Params: info.Params, DTypes: info.DTypes,
-		Files: info.Files, Bytes: info.TotalBytes, Tensors: info.Tensors,
+		Files: info.Files, Bytes: info.TotalBytes, Tensors: info.Tensors, IgnoredKeys: cfg.IgnoredKeys(),
 	}
 	if cfg.RopeScaling != nil {
 		rep.RopeScaling = cfg.RopeScaling.Kind()
@@ -351,7 +355,7 @@ func inspectModel(dir string) (*inspectReport, error) {
 	case err != nil:
 		rep.Problems = append(rep.Problems, "tokenizer: "+err.Error())
 	default:
-		ti := &inspectTokenizer{VocabSize: tok.VocabSize(), EOS: tcfg.EOSToken, Pad: tcfg.PadToken, ChatTemplate: tcfg.ChatTemplate != ""}
+		ti := &inspectTokenizer{VocabSize: tok.VocabSize(), EOS: tcfg.EOSToken, Pad: tcfg.PadToken, ChatTemplate: tcfg.ChatTemplate != "", TemplateFile: tcfg.ChatTemplateFile}
 		for _, a := range tok.AddedTokens() {
 			if a.Special {
 				ti.Special = append(ti.Special, a.Content)
@@ -394,10 +398,13 @@ func printInspect(w io.Writer, r *inspectReport, tensors bool) {
 	if t := r.Tokenizer; t != nil {
 		fmt.Fprintf(tw, "tokenizer\t%d tokens, eos %q, pad %q, special %s\n", t.VocabSize, t.EOS, t.Pad, strings.Join(t.Special, " "))
 		if t.ChatTemplate {
-			fmt.Fprintf(tw, "chat template\tyes; a user turn renders as %q\n", t.TemplateSample)
+			fmt.Fprintf(tw, "chat template\tfrom %s; a user turn renders as %q\n", t.TemplateFile, t.TemplateSample)
 		} else {
 			fmt.Fprintf(tw, "chat template\tnone\n")
 		}
+	}
+	for _, k := range r.IgnoredKeys {
+		fmt.Fprintf(tw, "config key not read\t%s: %s\n", k.Key, k.Why)
 	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)

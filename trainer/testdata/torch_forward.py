@@ -56,9 +56,11 @@ def load(dir_):
 
 
 def inv_freq(cfg, hd):
-    base = cfg.get("rope_theta", 10000.0)
+    # transformers 5 writes rope_parameters in place of rope_theta / rope_scaling.
+    rp = cfg.get("rope_parameters") or {}
+    base = cfg.get("rope_theta", rp.get("rope_theta", 10000.0))
     inv = 1.0 / (base ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
-    rs = cfg.get("rope_scaling") or {}
+    rs = cfg.get("rope_scaling") or rp
     kind = rs.get("rope_type", rs.get("type", "default"))
     if kind == "linear":
         inv = inv / rs["factor"]
