@@ -61,6 +61,10 @@ type Deps struct {
 	// taken as the run's base evaluation instead of replaying it
 	// (benchmarks pass the first experiment's to the others).
 	BaseEval *BaseEval
+	// AcceptConfigChange lets Resume continue under a config.json that
+	// changed since the run started, when it names exactly the changed
+	// keys (dotted, e.g. "rl.lr"); the change is recorded in state.json.
+	AcceptConfigChange []string
 }
 
 // EvalPoint is one evaluation of a policy on eval-seen and eval-unseen.
@@ -167,6 +171,9 @@ func Start(ctx context.Context, cfg Config, deps Deps) (*Result, error) {
 		return nil, err
 	}
 	st := &State{Version: stateVersion, Algo: cfg.Algo, Seed: cfg.Seed, Checkpoint: cfg.Model, Reference: cfg.Model, Updated: time.Now()}
+	if err := recordConfig(dir, st); err != nil {
+		return nil, err
+	}
 	if h, err := ckpthash.Weights(cfg.Model); err == nil {
 		st.BaseWeights = h
 	}
@@ -204,8 +211,19 @@ func Resume(ctx context.Context, dir string, deps Deps) (*Result, error) {
 	if st.Iteration > cfg.Iterations {
 		return nil, fmt.Errorf("resuming %s: state.json says %d iterations are done, the run's config.json has %d: one of the two is damaged or from another run", dir, st.Iteration, cfg.Iterations)
 	}
+	if err := checkResumable(d, cfg, st); err != nil {
+		return nil, fmt.Errorf("resuming %s: %w", dir, err)
+	}
 	if err := checkFiles(d, st); err != nil {
 		return nil, fmt.Errorf("resuming %s: %w", dir, err)
+	}
+	if changed, err := checkConfigUnchanged(d, st, deps.AcceptConfigChange); err != nil {
+		return nil, fmt.Errorf("resuming %s: %w", dir, err)
+	} else if len(changed) > 0 {
+		deps.Log.Warn().Strs("keys", changed).Int("after_iteration", st.Iteration).Msg("resuming under a changed config.json (recorded in state.json)")
+		if err := writeJSON(d.state(), st); err != nil {
+			return nil, fmt.Errorf("resuming %s: %w", dir, err)
+		}
 	}
 	if st.Iteration > 0 || st.BaseEval != nil {
 		// The history: an empty or missing metrics.jsonl would restart
@@ -1061,7 +1079,8 @@ func (r *run) iterate(ctx context.Context, k int) error {
 	}
 	// The previous iteration's checkpoint is no longer needed (stage 1's
 	// stays: it is the reference).
-	if filepath.Base(prev) != "stage1" && !filepath.IsAbs(prev) && prev != r.st.Reference {
+	// Never the folder just written, whatever the state said before.
+	if filepath.Base(prev) != "stage1" && !filepath.IsAbs(prev) && prev != r.st.Reference && filepath.Clean(prev) != filepath.Clean(r.st.Checkpoint) {
 		os.RemoveAll(r.dir.abs(prev))
 	}
 	ev := r.log.Info().Int("iteration", k).Str("algo", r.cfg.Algo)

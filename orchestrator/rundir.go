@@ -46,6 +46,12 @@ type State struct {
 	// this run reused it (Deps.BaseEval); empty when measured here.
 	BaseEvalFrom string     `json:"base_eval_from,omitempty"`
 	FinalEval    *EvalPoint `json:"final_eval,omitempty"`
+	// ConfigSHA256 and ConfigAtStart are config.json as the run wrote it
+	// (or as a resume last accepted it): a resume refuses a changed file
+	// unless told which keys changed (ConfigChanges records those).
+	ConfigSHA256  string          `json:"config_sha256,omitempty"`
+	ConfigAtStart json.RawMessage `json:"config_at_start,omitempty"`
+	ConfigChanges []ConfigChange  `json:"config_changes,omitempty"`
 	// Stopped says why training ended before the configured iterations
 	// (eval.plateau_patience); empty when it ran them all.
 	Stopped string    `json:"stopped,omitempty"`

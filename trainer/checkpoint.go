@@ -105,6 +105,17 @@ func LoadCheckpoint(dir string, opt ModelOptions) (*Model, error) {
 		}
 		defer guard(&err, "loading "+name)
 		t = tensorFromBytes(b, e.DType, e.Shape)
+		// A NaN or an infinity in the weights is refused here, naming
+		// the tensor, not found later through a server's failing replies
+		// (x − x is NaN exactly where x is not finite).
+		zero := must(t.Sub(t, false))
+		sum := must(zero.Sum(gotch.Double, true))
+		bad := math.IsNaN(scalarFloat(sum))
+		drop(sum)
+		if bad {
+			drop(t)
+			return nil, fmt.Errorf("loading checkpoint %s: %s tensor %s holds NaN or infinite values: %w", dir, file, name, ErrCheckpoint)
+		}
 		t = must(t.Totype(dt, true))
 		return must(t.To(dev, true)), nil
 	}

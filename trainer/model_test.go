@@ -306,6 +306,16 @@ func TestBadCheckpoints(t *testing.T) {
 		want   []string
 	}{
 		{"no config", func(d string) { os.Remove(filepath.Join(d, "config.json")) }, []string{"config.json"}},
+		{"NaN weight", func(d string) {
+			w := append([]byte(nil), weights...)
+			copy(w[len(w)-4:], []byte{0x00, 0x00, 0xc0, 0x7f}) // the last float32: NaN
+			os.WriteFile(filepath.Join(d, "model.safetensors"), w, 0o644)
+		}, []string{"NaN or infinite", "model.safetensors"}},
+		{"infinite weight", func(d string) {
+			w := append([]byte(nil), weights...)
+			copy(w[len(w)-4:], []byte{0x00, 0x00, 0x80, 0x7f}) // +Inf
+			os.WriteFile(filepath.Join(d, "model.safetensors"), w, 0o644)
+		}, []string{"NaN or infinite"}},
 		{"malformed config", func(d string) { os.WriteFile(filepath.Join(d, "config.json"), []byte("{"), 0o644) }, []string{"config.json"}},
 		{"unknown architecture", setConfig("architectures", []string{"GPT2LMHeadModel"}), []string{"config.json", "architectures", "GPT2LMHeadModel"}},
 		{"zero layers", setConfig("num_hidden_layers", 0), []string{"config.json", "num_hidden_layers"}},

@@ -132,6 +132,7 @@ func runCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "JSON run config (see configs/); default: the embedded default"},
 			&cli.StringFlag{Name: "resume", Usage: "continue the run in this directory from its last finished iteration"},
+			&cli.StringSliceFlag{Name: "accept-config-change", Usage: "with --resume: continue although config.json changed since the run started, naming exactly the changed keys (dotted, comma-separated, e.g. rl.lr,iterations); state.json records the change"},
 			&cli.StringFlag{Name: "algo", Usage: "seed, grpo, static-skill, random-skill, seed-no-sft, privileged-skill or oracle-other-skill"},
 			&cli.StringFlag{Name: "name", Usage: "run name (folder under runs_dir)"},
 			&cli.StringFlag{Name: "runs-dir", Usage: "where run folders go"},
@@ -201,6 +202,7 @@ func runCommand() *cli.Command {
 					return cli.Exit("run --resume: "+err.Error(), 2)
 				}
 				deps.OpenBackend = openBackendFor(cfg.Backend, cfg.RL.DType, time.Duration(cfg.RetryFor), log)
+				deps.AcceptConfigChange = c.StringSlice("accept-config-change")
 				res, err := orchestrator.Resume(c.Context, dir, deps)
 				return reportRun(c, res, err)
 			}
