@@ -328,6 +328,9 @@ func unmarshalBody(body []byte, dst any) error {
 	if err := loneSurrogate(body); err != nil {
 		return err
 	}
+	if err := checkFieldLimits(body); err != nil {
+		return err
+	}
 	if err := json.Unmarshal(body, dst); err != nil {
 		var br *badRequest
 		if errors.As(err, &br) {
@@ -499,7 +502,12 @@ func (s *Server) updateWeights(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(map[string]any{"success": ok, "message": msg})
 	}
 	if err := decodeBody(r, &req); err != nil {
-		reply(http.StatusBadRequest, false, err.Error())
+		status := http.StatusBadRequest
+		var br *badRequest
+		if errors.As(err, &br) {
+			status = br.status
+		}
+		reply(status, false, err.Error())
 		return
 	}
 	if err := checkModelDir(req.ModelPath); err != nil {

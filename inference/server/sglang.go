@@ -52,6 +52,10 @@ func (s *Server) sglangGenerate(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	if err := checkFieldLimits(body); err != nil {
+		s.fail(w, err)
+		return
+	}
 	var req sglangRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
