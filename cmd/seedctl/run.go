@@ -132,6 +132,7 @@ func runCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "JSON run config (see configs/); default: the embedded default"},
 			&cli.StringFlag{Name: "resume", Usage: "continue the run in this directory from its last finished iteration"},
+			&cli.StringFlag{Name: "base-eval-from", Usage: "take the base evaluation from this finished run's folder when it was measured under the same protocol (model, environment, prompts, eval seed), instead of playing it again; otherwise it is played"},
 			&cli.StringSliceFlag{Name: "accept-config-change", Usage: "with --resume: continue although config.json changed since the run started, naming exactly the changed keys (dotted, comma-separated, e.g. rl.lr,iterations); state.json records the change"},
 			&cli.StringFlag{Name: "algo", Usage: "seed, grpo, static-skill, random-skill, seed-no-sft, privileged-skill or oracle-other-skill"},
 			&cli.StringFlag{Name: "name", Usage: "run name (folder under runs_dir)"},
@@ -225,6 +226,16 @@ func runCommand() *cli.Command {
 				return cli.Exit("run: "+withRunFlag(c, err).Error(), 2)
 			}
 			deps.OpenBackend = openBackendFor(cfg.Backend, cfg.RL.DType, time.Duration(cfg.RetryFor), log)
+			if from := c.String("base-eval-from"); from != "" {
+				be, err := orchestrator.ReadBaseEval(from)
+				if err != nil {
+					return cli.Exit("run: --base-eval-from: "+err.Error(), 2)
+				}
+				if be == nil {
+					return cli.Exit("run: --base-eval-from "+from+": that run has no base evaluation yet", 2)
+				}
+				deps.BaseEval = be // reused only if measured under this run's protocol (same model, env, prompts, eval seed)
+			}
 			res, err := orchestrator.Start(c.Context, cfg, deps)
 			return reportRun(c, res, err)
 		},
