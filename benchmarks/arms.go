@@ -54,6 +54,7 @@ var armInstruments = []struct{ key, label string }{
 	{"decision_baseline_shift", "ℓᴮ−ℓθ decisions (contrastive)"},
 	{"decision_mean_shift_pos_adv", "Δ decisions A>0"},
 	{"decision_mean_shift_neg_adv", "Δ decisions A<0"},
+	{"opd_loss", "distillation term (full form: reverse KL, nats)"},
 	{"rejected_rate", "rejected actions"},
 }
 
@@ -187,7 +188,7 @@ func ArmsMarkdown(arms []Arm, ref string) (string, error) {
 		return "", fmt.Errorf("no arm named %q to compare with", ref)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| arm | seeds | eval-seen base → final (greedy) | gain, t-interval | gain at T=1, t-interval | − %s (same seeds), t-interval | − %s, paired bootstrap (seeds × tasks) |\n|---|---|---|---|---|---|---|\n", ref, ref)
+	fmt.Fprintf(&b, "| arm | seeds | eval-seen base → final (greedy) | gain (greedy), t-interval | gain at T=1, t-interval | − %s greedy (same seeds), t-interval | − %s at T=1 (same seeds), t-interval | − %s greedy, paired bootstrap (seeds × tasks) |\n|---|---|---|---|---|---|---|---|\n", ref, ref, ref)
 	for _, a := range arms {
 		var base, final, gain, gainT1 []float64
 		for _, r := range a.Runs {
@@ -203,14 +204,17 @@ func ArmsMarkdown(arms []Arm, ref string) (string, error) {
 		if len(gainT1) > 0 {
 			t1 = fmtCI(TInterval(gainT1))
 		}
-		vs, boot := "—", "—"
+		vs, vsT1, boot := "—", "—", "—"
 		if a.Name != ref {
-			var diffs []float64
+			var diffs, diffsT1 []float64
 			var aw, rw []string
 			for _, r := range a.Runs {
 				for _, q := range refArm.Runs {
 					if q.Seed == r.Seed {
 						diffs = append(diffs, r.Final-q.Final)
+						if !math.IsNaN(r.FinalT1) && !math.IsNaN(q.FinalT1) {
+							diffsT1 = append(diffsT1, r.FinalT1-q.FinalT1)
+						}
 						if r.FinalWins != "" && len(r.FinalWins) == len(q.FinalWins) {
 							aw, rw = append(aw, r.FinalWins), append(rw, q.FinalWins)
 						}
@@ -219,6 +223,9 @@ func ArmsMarkdown(arms []Arm, ref string) (string, error) {
 			}
 			if len(diffs) > 0 {
 				vs = fmtCI(TInterval(diffs)) + fmt.Sprintf(" (%d)", len(diffs))
+			}
+			if len(diffsT1) > 0 {
+				vsT1 = fmtCI(TInterval(diffsT1)) + fmt.Sprintf(" (%d)", len(diffsT1))
 			}
 			if len(aw) > 0 {
 				if ci, err := pairedBootstrap(aw, rw); err == nil {
@@ -230,7 +237,7 @@ func ArmsMarkdown(arms []Arm, ref string) (string, error) {
 		if len(a.Unfinished) > 0 {
 			seeds += fmt.Sprintf(" (%d unfinished left out)", len(a.Unfinished))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.1f → %.1f | %s | %s | %s | %s |\n", a.Name, seeds, mb, mf, fmtCI(g, glo, ghi), t1, vs, boot)
+		fmt.Fprintf(&b, "| %s | %s | %.1f → %.1f | %s | %s | %s | %s | %s |\n", a.Name, seeds, mb, mf, fmtCI(g, glo, ghi), t1, vs, vsT1, boot)
 	}
 	b.WriteString("\nInstruments, means over iterations and seeds (gradient shares and cosines from the steps that measured them, `rl.term_grads_every`):\n\n| arm |")
 	for _, in := range armInstruments {

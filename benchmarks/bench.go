@@ -225,10 +225,11 @@ func Embedded(run orchestrator.Config) orchestrator.Config {
 // three seeds.
 func Full(base orchestrator.Config) Spec {
 	// The paper's method and baselines; the mechanism ladder's
-	// privileged-skill arm is run on its own (seedctl report --arm).
+	// privileged-skill and oracle-other-skill arms are run on their own
+	// (seedctl report --arm).
 	var algos []string
 	for _, a := range orchestrator.Algos {
-		if a != orchestrator.AlgoPrivilegedSkill {
+		if a != orchestrator.AlgoPrivilegedSkill && a != orchestrator.AlgoTransferSkill {
 			algos = append(algos, a)
 		}
 	}
