@@ -687,3 +687,45 @@ func TestSciWorldWrongFocusLoses(t *testing.T) {
 		t.Fatalf("wrong focus: %+v %v (want done, lost, score -100)", st, err)
 	}
 }
+
+// Env ids carry 63 random bits ([hardening-2] 3): none can be guessed by
+// counting or by trying the 2^31 an int32 holds, and our client reads
+// them back.
+func TestServerIDsAre63Bits(t *testing.T) {
+	hs := householdServer(t)
+	above := 0
+	for i := 0; i < 16; i++ {
+		resp, err := http.Post(hs.URL+"/create", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]json.Number
+		dec := json.NewDecoder(resp.Body)
+		dec.UseNumber()
+		err = dec.Decode(&m)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := m["id"].Int64()
+		if err != nil || id < 0 {
+			t.Fatalf("id %q: %v", m["id"], err)
+		}
+		if id >= 1<<31 {
+			above++
+		}
+	}
+	if above < 8 {
+		t.Errorf("%d of 16 ids above 2^31: the ids do not use 63 bits", above)
+	}
+	c, err := New(DefaultConfig(hs.URL, ALFWorld))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, _ := envadapters.Lookup(household.Name)
+	tasks, _ := b.Tasks(envadapters.EvalSeen, 1)
+	if _, err := c.Reset(context.Background(), envadapters.Task{Index: tasks[0].Index}); err != nil {
+		t.Fatalf("our client with a 63-bit id: %v", err)
+	}
+}

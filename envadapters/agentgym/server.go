@@ -173,7 +173,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		fail(w, "too many open environments (%d here, %d of them yours; at most %d, %d per client); close some", len(s.envs), mine, s.maxEnvs, s.perClient)
 		return
 	}
-	// Ids are drawn at random (31 bits, AgentGym's clients read integers):
+	// Ids are drawn at random (63 bits; AgentGym's clients read integers):
 	// a client cannot step or close another's env by counting.
 	id := s.newID()
 	s.envs[id] = &slot{env: env, owner: owner, used: time.Now()}
@@ -216,14 +216,16 @@ func (s *Server) slotFor(w http.ResponseWriter, id *int) *slot {
 	return sl
 }
 
-// newID draws an unused random id in [0, 2^31) (under s.mu).
+// newID draws an unused random id in [0, 2^63) (under s.mu): 63 bits
+// nobody can guess (AgentGym's clients read any JSON integer; seedctl's
+// reads Go's 64-bit int).
 func (s *Server) newID() int {
 	for {
-		var b [4]byte
+		var b [8]byte
 		if _, err := cryptorand.Read(b[:]); err != nil {
 			panic(err) // the OS's random source failed
 		}
-		id := int(binary.LittleEndian.Uint32(b[:]) >> 1)
+		id := int(binary.LittleEndian.Uint64(b[:]) >> 1)
 		if _, used := s.envs[id]; !used {
 			return id
 		}
