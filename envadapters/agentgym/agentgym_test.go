@@ -646,6 +646,17 @@ func TestInvalidActionsPerFlavorOnRecordings(t *testing.T) {
 		{ALFWorld, "You arrive at cabinet 1.", false},
 		{BabyAI, "The action is not recognized. Please check valid actions.", true},
 		{BabyAI, "In front of you in this room, you can see several objects", false},
+		{BabyAI, "You cannot pick up the wall.", true},
+		// The real SciWorld server's refusals beyond the recordings
+		// ([textcraft] 5, DESIGN.md §6), and answers that only look alike.
+		{SciWorld, "The sink is not openable.", true},
+		{SciWorld, "The apple is not edible.", true},
+		{SciWorld, "The thermometer is not something that can be activated.", true},
+		{SciWorld, "I'm not sure what you mean.", true},
+		{SciWorld, "It's not clear what the object is.", true},
+		{SciWorld, "You can't move that.", true},
+		{SciWorld, "The stove is now activated.", false},
+		{SciWorld, "The freezer is now open.", false},
 		{WebShop, "Nothing happens.", false},
 	} {
 		if got := IsInvalid(c.flavor, c.obs); got != c.want {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 
@@ -62,8 +63,10 @@ type FlavorInfo struct {
 	// Source says where DataSize and Splits come from.
 	Source string
 	// Invalid are the observations (prefixes) the server answers to an
-	// action it did not carry out; the episode goes on.
-	Invalid []string
+	// action it did not carry out; the episode goes on. InvalidPatterns
+	// are the same for answers that name an object in the middle.
+	Invalid         []string
+	InvalidPatterns []*regexp.Regexp
 	// HasClose: the server has POST /close (ALFWorld's and WebShop's have
 	// none: their envs live until the server stops).
 	HasClose bool
@@ -94,8 +97,13 @@ var Flavors = map[string]FlavorInfo{
 		System: "You are a scientist agent in ScienceWorld, a text world. Carry out the task by acting in it.",
 		Source: "agentenv-sciworld enumerates every variation of every ScienceWorld task but seven, in task order, " +
 			"with no train/test split: give env.splits",
-		Invalid:  []string{"No known action matches that input.", "It's not clear how to get there from here.", "The door is not open."},
-		HasClose: true,
+		// The refusals a 10-action probe of the real server sent beyond
+		// these ([textcraft] 5): "The X is not openable / edible /
+		// something that can be activated", "I'm not sure …", "It's not
+		// clear …", "You can't …".
+		Invalid:         []string{"No known action matches that input.", "It's not clear", "The door is not open.", "I'm not sure", "You can't"},
+		InvalidPatterns: []*regexp.Regexp{regexp.MustCompile(`^The .+ is not (openable|edible|something that can be activated)\b`)},
+		HasClose:        true,
 		Actions: "Actions: look around; look at OBJ; look in OBJ; read OBJ; open OBJ; close OBJ; activate OBJ; deactivate OBJ; " +
 			"connect OBJ to OBJ; disconnect OBJ; use OBJ [on OBJ]; move OBJ to OBJ; pick up OBJ; put down OBJ; pour OBJ into OBJ; " +
 			"dunk OBJ into OBJ; mix OBJ; go to LOC; eat OBJ; flush OBJ; focus on OBJ; inventory; task; wait; wait1. " +
@@ -112,7 +120,7 @@ var Flavors = map[string]FlavorInfo{
 	BabyAI: {
 		Source: "agentenv-babyai plays level data_idx mod 40 (of 40) with seed data_idx div 40, " +
 			"with no train/test split: give env.splits",
-		Invalid:  []string{"The action is not recognized. Please check valid actions.", "No change in state."},
+		Invalid:  []string{"The action is not recognized. Please check valid actions.", "No change in state.", "You cannot"},
 		HasClose: true,
 		Actions:  "Actions: one of the available actions listed above, written exactly as listed.",
 	},
@@ -412,6 +420,11 @@ func IsInvalid(flavor, obs string) bool {
 	obs = strings.TrimSpace(obs)
 	for _, p := range Flavors[flavor].Invalid {
 		if strings.HasPrefix(obs, p) {
+			return true
+		}
+	}
+	for _, re := range Flavors[flavor].InvalidPatterns {
+		if re.MatchString(obs) {
 			return true
 		}
 	}
