@@ -119,8 +119,7 @@ func flatten(prefix string, v any, out map[string]string) {
 // deleted: the checkpoint is the folder's own iter-N (or stage1, or the
 // base before any training) for the recorded iteration; the stage-1 flag
 // agrees with the algorithm and with the checkpoints; the hash record is
-// not empty once the folder holds a checkpoint; and metrics.jsonl holds
-// one line for every finished iteration.
+// not empty once the folder holds a checkpoint.
 func checkResumable(d runDir, cfg Config, st *State) error {
 	ck, ref := filepath.ToSlash(filepath.Clean(st.Checkpoint)), filepath.ToSlash(filepath.Clean(st.Reference))
 	inRun := func(p string) bool { return !filepath.IsAbs(p) }
@@ -153,6 +152,12 @@ func checkResumable(d runDir, cfg Config, st *State) error {
 	if (inRun(ck) || inRun(ref)) && len(st.Files) == 0 {
 		return fmt.Errorf("state.json records no file sums although the run folder holds its checkpoint %s: the weights could not be checked; the file is damaged", st.Checkpoint)
 	}
+	return nil
+}
+
+// checkHistory checks that metrics.jsonl holds exactly one line for each
+// finished iteration (a missing or empty file is refused before it).
+func checkHistory(d runDir, st *State) error {
 	if st.Iteration > 0 {
 		lines, err := ReadMetrics(d.metrics())
 		if err != nil {

@@ -232,6 +232,9 @@ func Resume(ctx context.Context, dir string, deps Deps) (*Result, error) {
 			return nil, fmt.Errorf("resuming %s: metrics.jsonl is missing or empty (%v) but state.json records %d iterations and a base evaluation %v: the run's history is lost; restore metrics.jsonl from a copy of the folder, or start a new run", dir, err, st.Iteration, st.BaseEval != nil)
 		}
 	}
+	if err := checkHistory(d, st); err != nil {
+		return nil, fmt.Errorf("resuming %s: %w", dir, err)
+	}
 	// Drop metrics of unfinished work so nothing is counted twice.
 	if err := trimMetrics(d.metrics(), func(l MetricsLine) bool {
 		switch l.Kind {
