@@ -740,3 +740,19 @@ func TestServerIDsAre63Bits(t *testing.T) {
 		t.Fatalf("our client with a 63-bit id: %v", err)
 	}
 }
+
+// A body over the 1 MiB limit is refused as such, not reported as
+// malformed JSON.
+func TestServerReportsItsBodyLimit(t *testing.T) {
+	hs := householdServer(t)
+	body := `{"id": 1, "action": "` + strings.Repeat("x", 2<<20) + `"}`
+	resp, err := http.Post(hs.URL+"/step", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(b), "over 1048576 bytes (1 MiB)") {
+		t.Errorf("a 2 MiB body: %s", b)
+	}
+}

@@ -141,15 +141,24 @@ func fail(w http.ResponseWriter, format string, args ...any) {
 	reply(w, map[string]any{"error": fmt.Sprintf(format, args...)})
 }
 
+// maxBody bounds a request body (1 MiB).
+const maxBody = 1 << 20
+
 func readBody(r *http.Request, dst any) error {
-	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
 		return err
+	}
+	if len(b) > maxBody {
+		return fmt.Errorf("request body over %d bytes (1 MiB): refused", maxBody)
 	}
 	if len(b) == 0 {
 		return nil
 	}
-	return json.Unmarshal(b, dst)
+	if err := json.Unmarshal(b, dst); err != nil {
+		return fmt.Errorf("malformed JSON: %w", err)
+	}
+	return nil
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
@@ -260,7 +269,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 		WorldType *string `json:"world_type"`
 	}
 	if err := readBody(r, &req); err != nil {
-		fail(w, "malformed JSON: %v", err)
+		fail(w, "%v", err)
 		return
 	}
 	envRef, game := req.get(), req.Game
@@ -332,7 +341,7 @@ func (s *Server) step(w http.ResponseWriter, r *http.Request) {
 		Action *string `json:"action"`
 	}
 	if err := readBody(r, &req); err != nil {
-		fail(w, "malformed JSON: %v", err)
+		fail(w, "%v", err)
 		return
 	}
 	sl := s.slotFor(w, req.get())
@@ -374,7 +383,7 @@ func (s *Server) step(w http.ResponseWriter, r *http.Request) {
 func (s *Server) close(w http.ResponseWriter, r *http.Request) {
 	var req envID
 	if err := readBody(r, &req); err != nil {
-		fail(w, "malformed JSON: %v", err)
+		fail(w, "%v", err)
 		return
 	}
 	sl := s.slotFor(w, req.get())
