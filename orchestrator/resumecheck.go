@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/seedctl/seedctl/internal/ckpthash"
 )
 
 // ConfigChange records a resume that accepted a changed config.json
@@ -148,6 +150,14 @@ func checkResumable(d runDir, cfg Config, st *State) error {
 		return fmt.Errorf("state.json names the reference %q after stage 1, not this run's checkpoints/stage1: the file is damaged", st.Reference)
 	case !st.Stage1Done && ref != filepath.ToSlash(filepath.Clean(cfg.Model)):
 		return fmt.Errorf("state.json names the reference %q, the run's base model is %q: the file is damaged or from another run", st.Reference, cfg.Model)
+	}
+	// The base still in use (the checkpoint before any training, or the
+	// KL reference of an algorithm without stage 1) must be the weights
+	// the run started from.
+	if st.BaseWeights != "" && (!inRun(ck) || !inRun(ref)) {
+		if got, err := ckpthash.Weights(cfg.Model); err == nil && got != st.BaseWeights {
+			return fmt.Errorf("the base model %s changed since the run started (weights sha256 %.12s, %.12s then): the run would go on from, or measure its KL against, another model; restore those weights or start a new run", cfg.Model, got, st.BaseWeights)
+		}
 	}
 	if (inRun(ck) || inRun(ref)) && len(st.Files) == 0 {
 		return fmt.Errorf("state.json records no file sums although the run folder holds its checkpoint %s: the weights could not be checked; the file is damaged", st.Checkpoint)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/seedctl/seedctl/internal/ckpthash"
 )
 
 // fakeRunFolder writes a run folder as the loop leaves it after two
@@ -38,6 +40,9 @@ func fakeRunFolder(t *testing.T, algo string) string {
 	}
 	os.MkdirAll(d.checkpoint("iter-2"), 0o755)
 	os.WriteFile(filepath.Join(d.checkpoint("iter-2"), "model.safetensors"), []byte("iter-2 weights"), 0o644)
+	if h, err := ckpthash.Weights(base); err == nil {
+		st.BaseWeights = h
+	}
 	if err := recordConfig(d, st); err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +111,12 @@ func TestResumeRefusesWhatItCannotTrust(t *testing.T) {
 		{"stage 1 done without one", AlgoGRPO, "has none", state(func(m map[string]any) { m["stage1_done"] = true })},
 		{"reference elsewhere", AlgoSEED, "reference", state(func(m map[string]any) { m["reference"] = "checkpoints/iter-2" })},
 		{"no file sums", AlgoGRPO, "no file sums", state(func(m map[string]any) { m["files"] = map[string]any{} })},
+		{"base weights changed", AlgoGRPO, "changed since the run started (weights", func(d string) {
+			os.WriteFile(filepath.Join(filepath.Dir(d), "base", "model.safetensors"), []byte("other weights"), 0o644)
+		}},
+		{"base weights changed after stage 1", AlgoSEED, unwired, func(d string) { // no longer in use
+			os.WriteFile(filepath.Join(filepath.Dir(d), "base", "model.safetensors"), []byte("other weights"), 0o644)
+		}},
 		{"base checkpoint before training", AlgoGRPO, "inside the run folder", state(func(m map[string]any) { m["iteration"] = 0; m["checkpoint"] = "checkpoints/iter-2" })},
 		{"config changed", AlgoGRPO, "keys rl.lr", func(d string) {
 			editJSONFile(t, filepath.Join(d, "config.json"), func(m map[string]any) { m["rl"].(map[string]any)["lr"] = 1e-3 })
