@@ -63,6 +63,12 @@ func loadLearner(device string, spec orchestrator.LearnerSpec, g *trainer.Proces
 		ClipRatioC: spec.RL.ClipRatioC, EntropyCoef: spec.RL.EntropyCoef, TermGradsEvery: spec.RL.TermGradsEvery,
 		DistillForm: spec.RL.DistillForm, DeltaClip: spec.RL.DeltaClip, PGCoef: spec.RL.PGCoef}
 	l.teacherDir, l.modelOpts = spec.Teacher, mo
+	switch b := spec.RL.JSDBeta; {
+	case b == 0:
+		l.rl.JSDBeta = trainer.JSDForward // TRL's beta 0
+	case b < 1:
+		l.rl.JSDBeta = b
+	} // 1 (and a spec without the key): the reverse KL, the trainer's zero value
 	l.g = g
 	if zero && g != nil {
 		l.opt, err = m.NewShardedAdamW(spec.RL.LR, spec.RL.WeightDecay, g)

@@ -450,6 +450,11 @@ type RLConfig struct {
 	// gkd_logits_topk); 0 keeps the whole vocabulary (4 bytes per token
 	// of vocabulary per distilled token in host memory).
 	DistillTopK int `json:"distill_topk,omitempty"`
+	// JSDBeta is the full form's divergence, TRL's GKDTrainer beta: 1
+	// (the default) the reverse KL, 0 the forward KL, between them the
+	// generalized Jensen–Shannon divergence β·KL(πT‖M) + (1−β)·KL(πθ‖M),
+	// M = β·πT + (1−β)·πθ.
+	JSDBeta float64 `json:"jsd_beta"`
 	// PGCoef weighs the GRPO (policy-gradient) term (1, the paper's);
 	// 0 trains on distillation (and KL/entropy) alone: the control that
 	// shows whether the distillation path teaches by itself.
@@ -736,7 +741,7 @@ func Default() Config {
 	c.RL = RLConfig{Lambda: 0.01, Beta: 5, KLCoef: 0.01, KLClamp: 10, ClipEps: 0.2, LR: 2e-4, WeightDecay: 0, ClipNorm: 1,
 		MiniBatchRows: 256, MicroBatchTokens: 8192, MaxRefusals: 3,
 		Advantage: AdvStepRows, RewardScale: 10, Outcome: OutcomeSuccess, AdvEps: 1e-6, AdvNorm: AdvNormStd, ClipRatioC: 3, EntropyCoef: 0.001,
-		StepGroupWeight: 1, PGCoef: 1}
+		StepGroupWeight: 1, PGCoef: 1, JSDBeta: 1}
 	// 200 tasks per split for the base and the final eval: a 50-task eval's
 	// success moves by ±6 points (one binomial std at 20%) between
 	// equivalent checkpoints, 200 tasks' by ±3, and the run's headline is
@@ -977,7 +982,14 @@ func (c Config) Recipe() []string {
 		if rl.DistillTopK > 0 {
 			k = fmt.Sprintf("the teacher's top %d tokens and a tail bucket", rl.DistillTopK)
 		}
-		add("distillation term: the exact per-token reverse KL(πθ ‖ πT) over %s (on-policy distillation; the paper's is the gated NLL σ(β·Δ)·Δ)", k)
+		div := "the exact per-token reverse KL(πθ ‖ πT)"
+		switch {
+		case rl.JSDBeta == 0:
+			div = "the exact per-token forward KL(πT ‖ πθ)"
+		case rl.JSDBeta < 1:
+			div = fmt.Sprintf("the per-token generalized JSD at β %g (TRL's GKD)", rl.JSDBeta)
+		}
+		add("distillation term: %s over %s (on-policy distillation; the paper's is the gated NLL σ(β·Δ)·Δ)", div, k)
 	}
 	if rl.DistillForm == "signed" {
 		add("distillation term: the signed teacher shift −Δ̃·∇ℓθ, |Δ̃| ≤ %g (ours; the paper's is the gated NLL σ(β·Δ)·Δ)", map[bool]float64{true: 5, false: rl.DeltaClip}[rl.DeltaClip == 0])

@@ -393,6 +393,11 @@ func (r RLConfig) rules() []rule {
 				return bad("rl.distill_topk", r.DistillTopK, "must be >= 0 and is read by rl.distill_form \"full\" only")
 			})
 		}},
+		{key: "rl.jsd_beta", check: func() error {
+			return when(!(r.JSDBeta >= 0 && r.JSDBeta <= 1) || r.JSDBeta != 1 && r.DistillForm != DistillFull, func() error {
+				return bad("rl.jsd_beta", r.JSDBeta, "must be in [0, 1] (1: reverse KL, 0: forward KL) and is read by rl.distill_form \"full\" only")
+			})
+		}},
 		{key: "rl.pg_coef", check: func() error {
 			return when(!(r.PGCoef >= 0) || math.IsInf(r.PGCoef, 0), func() error { return bad("rl.pg_coef", r.PGCoef, "must be a number >= 0 (1: the paper's)") })
 		}},

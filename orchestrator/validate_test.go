@@ -14,6 +14,7 @@ var ruleCases = map[string]func(c *Config){
 	"algo/transfer":      func(c *Config) { c.Algo, c.Env = AlgoTransferSkill, agentgymConfig("alfworld", nil).Env },
 	"rl.distill_topk":    func(c *Config) { c.RL.DistillTopK = 16 }, // without distill_form full
 	"rl.pg_coef":         func(c *Config) { c.RL.PGCoef = -1 },
+	"rl.jsd_beta":        func(c *Config) { c.RL.JSDBeta = 0.5 }, // without distill_form full
 	"rl.teacher_context": func(c *Config) { c.RL.TeacherContext = "hint" },
 	"rl.teacher_context/model": func(c *Config) {
 		c.Algo, c.RL.TeacherContext = AlgoSEEDNoSFT, TeacherContextPlain

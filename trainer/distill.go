@@ -62,60 +62,83 @@ func (d *TokenDist) check(vocab int) error {
 	return nil
 }
 
-// distillKL is the reverse KL Σ_v p(v)·(log p(v) − log q(v)) of the
-// policy's log-probs logp ([c, V], with a graph) against the teachers'
-// distributions at local positions pos of the chunk: one value per
-// position, with a graph. Top-k distributions compare the k tokens one by
-// one and the rest of the vocabulary as one bucket, p_R·(log p_R − log
-// q_R); every distribution of one call has the same shape.
-func (m *Model) distillKL(logp *ts.Tensor, pos []int64, dists []*TokenDist) *ts.Tensor {
+// distillKL is on-policy distillation's divergence of the policy's
+// log-probs logp ([c, V], with a graph) from the teachers' distributions
+// at local positions pos of the chunk: one value per position, with a
+// graph. beta is TRL's generalized Jensen–Shannon coefficient: 1 the
+// reverse KL Σ_v p(v)·(log p(v) − log q(v)), 0 the forward KL
+// Σ_v q(v)·(log q(v) − log p(v)), between them β·KL(q‖m) + (1−β)·KL(p‖m)
+// with m = β·q + (1−β)·p. Top-k distributions compare the k tokens one by
+// one and the rest of the vocabulary as one bucket (p_R = 1 − Σ_k p, q_R
+// likewise, both floored); every distribution of one call has the same
+// shape.
+func (m *Model) distillKL(logp *ts.Tensor, pos []int64, dists []*TokenDist, beta float64) *ts.Tensor {
 	n := len(pos)
 	k := len(dists[0].LogP)
 	topk := dists[0].IDs != nil
-	lq := make([]float32, 0, n*k)
+	cols := k
+	if topk {
+		cols = k + 1 // the tail bucket
+	}
+	lq := make([]float32, 0, n*cols)
 	var ids []int64
-	var tail []float32
 	for _, d := range dists {
 		lq = append(lq, d.LogP...)
 		if topk {
 			for _, id := range d.IDs {
 				ids = append(ids, int64(id))
 			}
-			tail = append(tail, float32(d.tailLogP()))
+			lq = append(lq, float32(d.tailLogP()))
 		}
 	}
 	sel := upload(pos, []int64{int64(n)}, m.device)
-	lpK := must(logp.IndexSelect(0, sel, false)) // [n, V]
+	lp := must(logp.IndexSelect(0, sel, false)) // [n, V]
 	drop(sel)
 	if topk {
 		it := upload(ids, []int64{int64(n), int64(k)}, m.device)
-		lpK = must(lpK.Gather(1, it, false, true)) // [n, k]
+		lpK := must(lp.Gather(1, it, false, true)) // [n, k]
 		drop(it)
+		// The tail: p_R = 1 − Σ_k p, floored like the teacher's.
+		pK := must(lpK.Exp(false))
+		pR := addScalar(mulScalar(must(pK.SumDimIntlist([]int64{-1}, true, gotch.Float, true)), -1, true), 1, true)
+		fl := ts.FloatScalar(tailFloor)
+		pR = must(pR.ClampMin(fl, true))
+		runtime.KeepAlive(fl)
+		lpR := must(pR.Log(true)) // [n, 1]
+		lp = must(ts.Cat([]*ts.Tensor{lpK, lpR}, 1))
+		drop(lpK, lpR)
 	}
-	defer drop(lpK)
-	lqT := upload(lq, []int64{int64(n), int64(k)}, m.device)
-	p := must(lpK.Exp(false))
-	defer drop(p)
-	diff := must(lpK.Sub(lqT, false))
-	drop(lqT)
-	kl := must(must(p.Mul(diff, false)).SumDimIntlist([]int64{-1}, false, gotch.Float, true))
-	drop(diff)
-	if !topk {
-		return kl
+	defer drop(lp)
+	lqT := upload(lq, []int64{int64(n), int64(cols)}, m.device)
+	defer drop(lqT)
+	// Σ exp(a)·(a − b) over the last dimension.
+	kl := func(a, b *ts.Tensor) *ts.Tensor {
+		ea := must(a.Exp(false))
+		d := must(a.Sub(b, false))
+		out := must(must(ea.Mul(d, true)).SumDimIntlist([]int64{-1}, false, gotch.Float, true))
+		drop(d)
+		return out
 	}
-	// The tail: p_R = 1 − Σ_K p, floored like the teacher's.
-	pSum := must(p.SumDimIntlist([]int64{-1}, false, gotch.Float, false))
-	pR := addScalar(mulScalar(pSum, -1, true), 1, true)
-	fl := ts.FloatScalar(tailFloor)
-	pR = must(pR.ClampMin(fl, true))
+	switch beta {
+	case 1:
+		return kl(lp, lqT)
+	case 0:
+		return kl(lqT, lp)
+	}
+	// log m = log(β·q + (1−β)·p), floored so 0·log 0 stays 0.
+	qb := mulScalar(must(lqT.Exp(false)), beta, true)
+	pb := mulScalar(must(lp.Exp(false)), 1-beta, true)
+	mix := must(qb.Add(pb, true))
+	drop(pb)
+	fl := ts.FloatScalar(1e-30)
+	mix = must(mix.ClampMin(fl, true))
 	runtime.KeepAlive(fl)
-	lqR := upload(tail, []int64{int64(n)}, m.device)
-	gap := must(must(pR.Log(false)).Sub(lqR, true))
-	drop(lqR)
-	tr := must(pR.Mul(gap, true))
-	drop(gap)
-	out := must(kl.Add(tr, true))
-	drop(tr)
+	lm := must(mix.Log(true))
+	defer drop(lm)
+	a := mulScalar(kl(lqT, lm), beta, true)
+	b := mulScalar(kl(lp, lm), 1-beta, true)
+	out := must(a.Add(b, true))
+	drop(b)
 	return out
 }
 

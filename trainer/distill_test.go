@@ -64,7 +64,7 @@ func torchDistill(t *testing.T, dir string, batch []RLSequence, cfg RLConfig) (f
 		}
 		rows = append(rows, r)
 	}
-	body, _ := json.Marshal(map[string]any{"temperature": cfg.Temperature, "lambda": cfg.Lambda, "rows": rows})
+	body, _ := json.Marshal(map[string]any{"temperature": cfg.Temperature, "lambda": cfg.Lambda, "beta": cfg.jsdBeta(), "rows": rows})
 	cmd := exec.Command(py, "testdata/torch_distill.py", dir)
 	cmd.Stdin = bytes.NewReader(body)
 	var stderr bytes.Buffer
@@ -86,18 +86,22 @@ func torchDistill(t *testing.T, dir string, batch []RLSequence, cfg RLConfig) (f
 // TestFullDistillMatchesTorch: the full-distribution reverse KL's loss
 // and every parameter's gradient agree with an independent PyTorch
 // autograd computation, over the whole vocabulary and over a top-k
-// teacher with its tail bucket, at T = 1 and T = 0.7.
+// teacher with its tail bucket, at T = 1 and T = 0.7; and so do the
+// forward KL and TRL's generalized JSD between them.
 func TestFullDistillMatchesTorch(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		topK int
 		temp float64
-	}{{"whole-vocab", 0, 1}, {"top8", 8, 1}, {"top8-T0.7", 8, 0.7}, {"whole-vocab-T0.7", 0, 0.7}} {
+		beta float64 // RLConfig.JSDBeta
+	}{{"whole-vocab", 0, 1, 0}, {"top8", 8, 1, 0}, {"top8-T0.7", 8, 0.7, 0}, {"whole-vocab-T0.7", 0, 0.7, 0},
+		{"forward-whole", 0, 1, JSDForward}, {"forward-top8", 8, 1, JSDForward}, {"jsd0.5-whole", 0, 1, 0.5}, {"jsd0.3-top8", 8, 0.7, 0.3}} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, dir := newTiny(t, ArchQwen2, 31)
 			teacher, _ := newTiny(t, ArchQwen2, 32)
 			batch := distBatch(t, m, teacher, tc.topK, tc.temp)
 			cfg := fullDistillConfig(tc.temp)
+			cfg.JSDBeta = tc.beta
 			m.ZeroGrad()
 			st, err := m.rlBackward(batch, cfg)
 			if err != nil {

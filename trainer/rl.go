@@ -102,6 +102,11 @@ type RLConfig struct {
 	DistillForm string
 	// DeltaClip bounds |Δ| in the signed form (0: DefaultDeltaClip).
 	DeltaClip float64
+	// JSDBeta is the full form's divergence, TRL's GKDTrainer beta: 1
+	// the reverse KL (on-policy distillation's; 0 is read as 1, the
+	// default), between 0 and 1 the generalized Jensen–Shannon
+	// divergence, and JSDForward (any negative value) the forward KL.
+	JSDBeta float64
 	// PGCoef weighs the clipped policy-gradient (GRPO) term: 1 in
 	// DefaultRLConfig; 0 trains on the other terms alone (distillation
 	// without outcome reward: the on-policy distillation control).
@@ -125,6 +130,22 @@ const (
 	DistillSigned   = "signed"
 	DistillFull     = "full"
 )
+
+// JSDForward is RLConfig.JSDBeta's forward KL (TRL's beta 0: a zero
+// JSDBeta is the reverse KL, the default).
+const JSDForward = -1
+
+// jsdBeta is the β distillKL takes: 1 (reverse KL) for 0, 0 (forward
+// KL) for JSDForward.
+func (c RLConfig) jsdBeta() float64 {
+	switch {
+	case c.JSDBeta == 0:
+		return 1
+	case c.JSDBeta < 0:
+		return 0
+	}
+	return c.JSDBeta
+}
 
 // DefaultDeltaClip is RLConfig.DeltaClip's default: a teacher shift
 // beyond 5 nats weighs as 5.
@@ -169,6 +190,8 @@ func (c RLConfig) Validate() error {
 		return fmt.Errorf("rl config: decision_prob %v must be in [0, 1]", c.DecisionProb)
 	case c.DistillForm != "" && c.DistillForm != DistillGatedNLL && c.DistillForm != DistillSigned && c.DistillForm != DistillFull:
 		return fmt.Errorf("rl config: distill_form %q: want %q, %q or %q", c.DistillForm, DistillGatedNLL, DistillSigned, DistillFull)
+	case c.JSDBeta != JSDForward && (c.JSDBeta < 0 || c.JSDBeta > 1 || math.IsNaN(c.JSDBeta)):
+		return fmt.Errorf("rl config: jsd_beta %v must be in (0, 1] or JSDForward", c.JSDBeta)
 	case c.PGCoef < 0 || math.IsNaN(c.PGCoef) || math.IsInf(c.PGCoef, 0):
 		return fmt.Errorf("rl config: pg_coef %v must be a number >= 0", c.PGCoef)
 	case c.DeltaClip < 0 || math.IsNaN(c.DeltaClip):
@@ -873,7 +896,7 @@ func (m *Model) rlMicroBatch(batch []RLSequence, mb []int, cfg RLConfig, nTrain,
 			if len(pos) == 0 {
 				return nil, nil
 			}
-			kl := m.distillKL(logp, pos, dists)
+			kl := m.distillKL(logp, pos, dists, cfg.jsdBeta())
 			for i, v := range values1D(kl) {
 				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 					drop(kl)

@@ -155,6 +155,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "distill-form", Usage: "the distillation term: gated_nll (the paper's, default), signed (ours: the teacher's clipped shift as a per-token reward, pushing rejected tokens down) or full (on-policy distillation: the exact per-token reverse KL to the teacher's distribution)"},
 			&cli.IntFlag{Name: "distill-topk", Usage: "with --distill-form full: keep the teacher's k most probable tokens per position and the rest as one tail bucket (0: the whole vocabulary)"},
 			&cli.Float64Flag{Name: "pg-coef", Usage: "weight of the GRPO policy-gradient term (1; 0: distillation alone)"},
+			&cli.Float64Flag{Name: "jsd-beta", Usage: "with --distill-form full: TRL's GKD beta, 1 the reverse KL (default), 0 the forward KL, between them the generalized Jensen-Shannon divergence"},
 			&cli.StringFlag{Name: "teacher-model", Usage: "checkpoint of a frozen distillation teacher (same tokenizer); default: the current policy scores its own teacher contexts (the paper's)"},
 			&cli.StringFlag{Name: "teacher-context", Usage: "what the teacher reads: skill (the context with the trajectory's skill, default) or plain (standard on-policy distillation from --teacher-model; algo seed-no-sft)"},
 			&cli.IntFlag{Name: "term-grads-every", Usage: "split the update's gradient by loss term (GRPO, distillation, KL, entropy: norms, shares, cosines in metrics.jsonl) every this many optimizer steps; one extra backward pass per term on those steps (0: off)"},
@@ -304,6 +305,9 @@ func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) error {
 	}
 	if c.IsSet("distill-topk") {
 		cfg.RL.DistillTopK = c.Int("distill-topk")
+	}
+	if c.IsSet("jsd-beta") {
+		cfg.RL.JSDBeta = c.Float64("jsd-beta")
 	}
 	if c.IsSet("pg-coef") {
 		cfg.RL.PGCoef = c.Float64("pg-coef")
