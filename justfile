@@ -55,7 +55,7 @@ test-vllm:
     # the embedded server, the tokenizer and the chat template.
     smol="$(./scripts/smollm2.sh)"
     SEEDCTL_SMOLLM2="$smol" go test -tags smollm2 -count=1 -timeout 20m -run 'SmolLM2' -v ./inference/server
-    SEEDCTL_VLLM="$vllm" go test -tags vllm -count=1 -timeout 30m -run 'TestRealVLLM' -v ./cmd/seedctl
+    SEEDCTL_VLLM="$vllm" SEEDCTL_SMOLLM2="$smol" go test -tags vllm -count=1 -timeout 30m -run 'TestRealVLLM' -v ./cmd/seedctl
 
 # seedctl built against libtorch 2.11 (PyPI's torch wheel, CPU) as bin/seedctl-torch2; the first time installs the wheel (543 MB) and compiles gotch against it (a few minutes)
 build-torch2:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"strings"
@@ -54,6 +55,10 @@ type ChatMessage struct {
 
 // ChatOptions are per-call sampling settings.
 type ChatOptions struct {
+	// Temperature 0 is greedy decoding. It is sent as the smallest
+	// positive float32: go-openai leaves a zero temperature out of the
+	// request, and the server would then sample at its default (vLLM:
+	// 1, or the model's generation_config).
 	Temperature float32
 	MaxTokens   int
 	Seed        *int
@@ -90,7 +95,11 @@ func (c *ChatClient) Complete(ctx context.Context, msgs []ChatMessage, opt ChatO
 		return "", ctx.Err()
 	}
 	defer func() { <-c.sem }()
-	req := openai.ChatCompletionRequest{Model: c.cfg.Model, Temperature: opt.Temperature, MaxTokens: opt.MaxTokens, Seed: opt.Seed}
+	temp := opt.Temperature
+	if temp == 0 {
+		temp = math.SmallestNonzeroFloat32 // sent, and greedy on every OpenAI-compatible server
+	}
+	req := openai.ChatCompletionRequest{Model: c.cfg.Model, Temperature: temp, MaxTokens: opt.MaxTokens, Seed: opt.Seed}
 	for _, m := range msgs {
 		req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: m.Role, Content: m.Content})
 	}

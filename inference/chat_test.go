@@ -70,3 +70,29 @@ func TestChatClient(t *testing.T) {
 		t.Error("unset api_key_env accepted")
 	}
 }
+
+// A temperature of 0 reaches the server as a (tiny) temperature: left out,
+// as go-openai leaves out zeros, the server would sample at its default.
+func TestChatClientSendsGreedyTemperature(t *testing.T) {
+	var got []any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req map[string]any
+		json.NewDecoder(r.Body).Decode(&req)
+		got = append(got, req["temperature"])
+		json.NewEncoder(w).Encode(map[string]any{"id": "x", "object": "chat.completion", "model": req["model"],
+			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": "ok"}, "finish_reason": "stop"}}})
+	}))
+	defer srv.Close()
+	c, err := NewChatClient(DefaultChatConfig(srv.URL+"/v1", "analyzer"), testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, temp := range []float32{0, 0.7} {
+		if _, err := c.Complete(context.Background(), []ChatMessage{{Role: "user", Content: "hi"}}, ChatOptions{Temperature: temp}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 2 || got[0] == nil || got[0].(float64) <= 0 || got[0].(float64) > 1e-30 || got[1].(float64) < 0.69 || got[1].(float64) > 0.71 {
+		t.Errorf("temperatures sent: %v, want a tiny positive one for 0 and 0.7", got)
+	}
+}

@@ -164,6 +164,8 @@ type ExternalAnalyzer struct {
 	MaxTokens   int
 	K           int
 	Model       string
+	// NoRepair skips the repair round (to measure what it adds).
+	NoRepair bool
 }
 
 func (a *ExternalAnalyzer) Name() string { return "external" }
@@ -193,7 +195,7 @@ func (a *ExternalAnalyzer) Analyze(ctx context.Context, reqs []Request) ([]Recor
 		}
 		return out, nil
 	}
-	recs, err := analyzeWith(ctx, a.Name(), a.K, reqs, ask, false)
+	recs, err := analyzeWith(ctx, a.Name(), a.K, reqs, ask, a.NoRepair)
 	for i := range recs {
 		recs[i].Snapshot = a.Model
 	}

@@ -154,7 +154,7 @@ func analyzeCommand() *cli.Command {
 			&cli.StringFlag{Name: "analyzer-model", Usage: "external: model name"},
 			&cli.StringFlag{Name: "analyzer-key-env", Usage: "external: environment variable with the API key"},
 			&cli.IntFlag{Name: "k", Value: skills.DefaultMaxStepSkills, Usage: "most step skills per trajectory"},
-			&cli.BoolFlag{Name: "no-repair", Usage: "self: an answer that does not parse is no skill at once (no repair prompt)"},
+			&cli.BoolFlag{Name: "no-repair", Usage: "self and external: an answer that does not parse is no skill at once (no repair prompt)"},
 			&cli.Float64Flag{Name: "gamma", Value: 0.95, Usage: "discount for critical-step returns"},
 			&cli.StringFlag{Name: "out", Usage: "skills file (default: IN/skills.jsonl)"},
 		),
@@ -187,7 +187,7 @@ func analyzeCommand() *cli.Command {
 				if err != nil {
 					return cli.Exit("analyze: "+err.Error(), 2)
 				}
-				an = &skills.ExternalAnalyzer{Client: client, K: k, MaxTokens: 512, Model: cc.Model}
+				an = &skills.ExternalAnalyzer{Client: client, K: k, MaxTokens: 512, Model: cc.Model, NoRepair: c.Bool("no-repair")}
 			default:
 				return cli.Exit(fmt.Sprintf("analyze: --analyzer %q: want oracle, self or external", c.String("analyzer")), 2)
 			}
