@@ -89,6 +89,9 @@ lint:
     unformatted="$(gofmt -l $(git ls-files --cached --others --exclude-standard '*.go'))"
     if [[ -n "$unformatted" ]]; then echo "not gofmt-ed:"; echo "$unformatted"; exit 1; fi
     go vet ./...
+    # The tests behind build tags (real vLLM, SmolLM2) compile here too.
+    go vet -tags vllm ./cmd/seedctl
+    go vet -tags smollm2 ./inference/server
     go test -count=1 -run 'TestRepositoryFollowsArchitecture|TestCheck' ./internal/archtest/
 
 # Check this machine: libtorch, device, BLAS, matmul GFLOP/s, tools
