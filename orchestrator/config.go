@@ -526,8 +526,8 @@ type Config struct {
 	Name string `json:"name"`
 	// RunsDir holds the run folders.
 	RunsDir string `json:"runs_dir"`
-	// Algo is seed, grpo, static-skill, random-skill, seed-no-sft or
-	// privileged-skill.
+	// Algo is seed, grpo, static-skill, random-skill, seed-no-sft,
+	// privileged-skill or oracle-other-skill.
 	Algo string `json:"algo"`
 	// Seed of every random choice of the run (tasks, sampling, splits).
 	Seed    int64         `json:"seed"`
