@@ -176,24 +176,12 @@ func (m *Model) RescoreDistAt(seqs [][]int, want [][]bool, maxTokens int, temper
 	lps, dists = make([][]float32, len(seqs)), make([][]*TokenDist, len(seqs))
 	defer guard(&err, "rescoring with distributions")
 	for _, mb := range microBatches(lens, maxTokens) {
-		width := 0
-		for _, i := range mb {
-			width = max(width, lens[i])
-		}
-		in := Input{IDs: make([][]int, len(mb)), Segments: make([][]int, len(mb))}
-		targets := make([][]int, len(mb))
+		in, targets, width := scoringBatch(seqs, lens, mb)
 		var wantFlat []int // flat positions whose distribution is wanted
 		for b, i := range mb {
-			in.IDs[b], in.Segments[b], targets[b] = make([]int, width), make([]int, width), make([]int, width)
-			for k := 0; k < width; k++ {
-				targets[b][k] = -1
-				if k < lens[i] {
-					in.IDs[b][k] = seqs[i][k]
-					in.Segments[b][k] = 1
-					targets[b][k] = seqs[i][k+1]
-					if want[i][k+1] {
-						wantFlat = append(wantFlat, b*width+k)
-					}
+			for k := 0; k < lens[i]; k++ {
+				if want[i][k+1] {
+					wantFlat = append(wantFlat, b*width+k)
 				}
 			}
 		}

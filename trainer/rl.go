@@ -1195,6 +1195,30 @@ func values1D(x *ts.Tensor) []float32 {
 	return toSlice[float32](f)
 }
 
+// scoringBatch pads the sequences mb of seqs (lens: each one's scored
+// positions, len − 1) into one input whose row b predicts targets[b][k] =
+// seqs[mb[b]][k+1] from the ids before it (−1 in the padding); width is
+// the padded length.
+func scoringBatch(seqs [][]int, lens []int, mb []int) (in Input, targets [][]int, width int) {
+	for _, i := range mb {
+		width = max(width, lens[i])
+	}
+	in = Input{IDs: make([][]int, len(mb)), Segments: make([][]int, len(mb))}
+	targets = make([][]int, len(mb))
+	for b, i := range mb {
+		in.IDs[b], in.Segments[b], targets[b] = make([]int, width), make([]int, width), make([]int, width)
+		for k := 0; k < width; k++ {
+			targets[b][k] = -1
+			if k < lens[i] {
+				in.IDs[b][k] = seqs[i][k]
+				in.Segments[b][k] = 1
+				targets[b][k] = seqs[i][k+1]
+			}
+		}
+	}
+	return in, targets, width
+}
+
 // Rescore returns, for each sequence, log p(ids[k] | ids[:k]) at every
 // position k ≥ 1 (entry 0 is 0), without gradients: teacher log-probs with
 // skills in context, the reference policy's log-probs, or ℓold recomputed
@@ -1222,23 +1246,7 @@ func (m *Model) RescoreAt(seqs [][]int, maxTokens int, temperature float64) (out
 	}
 	out = make([][]float32, len(seqs))
 	for _, mb := range microBatches(lens, maxTokens) {
-		width := 0
-		for _, i := range mb {
-			width = max(width, lens[i])
-		}
-		in := Input{IDs: make([][]int, len(mb)), Segments: make([][]int, len(mb))}
-		targets := make([][]int, len(mb))
-		for b, i := range mb {
-			in.IDs[b], in.Segments[b], targets[b] = make([]int, width), make([]int, width), make([]int, width)
-			for k := 0; k < width; k++ {
-				targets[b][k] = -1
-				if k < lens[i] {
-					in.IDs[b][k] = seqs[i][k]
-					in.Segments[b][k] = 1
-					targets[b][k] = seqs[i][k+1]
-				}
-			}
-		}
+		in, targets, _ := scoringBatch(seqs, lens, mb)
 		rows, err := m.tokenLogProbs(in, targets, temperature)
 		if err != nil {
 			return nil, fmt.Errorf("rescore: %w", err)

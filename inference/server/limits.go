@@ -137,7 +137,10 @@ func (s *limitScanner) str() int {
 
 func (s *limitScanner) list(field string, lim fieldLimit, depth int) error {
 	s.i++ // [
-	n := 0
+	n, items := 0, lim.items
+	if items == 0 {
+		items = defaultLimit.items
+	}
 	for {
 		s.skipSpace()
 		if s.i >= len(s.b) {
@@ -148,12 +151,8 @@ func (s *limitScanner) list(field string, lim fieldLimit, depth int) error {
 			return nil
 		}
 		n++
-		if lim.items > 0 && n > lim.items || lim.items == 0 && n > defaultLimit.items {
-			max := lim.items
-			if max == 0 {
-				max = defaultLimit.items
-			}
-			return tooBig(field, "more than its limit of %d items", max)
+		if n > items {
+			return tooBig(field, "more than its limit of %d items", items)
 		}
 		// Elements of a list keep the list's limits (a list of strings).
 		if err := s.value(field, lim, depth+1); err != nil {
