@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/envadapters/household"
 	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/tokenizer"
 	"github.com/seedctl/seedctl/trainer"
@@ -66,7 +67,7 @@ func MeasureAccuracy(m *trainer.Model, p *rollout.Policy, tmpl rollout.Template,
 			for j := 0; ok && j < len(want); j++ {
 				ok = got[j] == want[j]
 			}
-			if !ok && (tmpl.AllPlaces || tmpl.FewPlaces > 0) && e.EpisodeHint == "" && strings.HasPrefix(s.Action, "go to ") {
+			if !ok && (householdTurns(tmpl).Style == household.PlacesAll || householdTurns(tmpl).Few() > 0) && e.EpisodeHint == "" && strings.HasPrefix(s.Action, "go to ") {
 				// The plain demonstrations pick among the listed places at
 				// random: any of them is a right search step.
 				text, _ := p.Tok.Decode(got, tokenizer.DecodeOptions{SkipSpecial: true})

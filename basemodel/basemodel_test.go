@@ -344,7 +344,7 @@ func TestPlayedEpisodesAreLabelledByTheExpert(t *testing.T) {
 		env, _ := pc.b.New(envadapters.Options{"max_steps": "12"})
 		first, _ := env.Reset(context.Background(), ep.Task)
 		// The labels follow the order the prompts' places line shows.
-		x, _ := household.NewOrderedSearchExpert(env, 1, 0, rollout.PlaceOrder(pc.tmpl, first.Observation))
+		x, _ := household.NewOrderedSearchExpert(env, 1, 0, household.PlaceOrder(first.Observation, ""))
 		for k, s := range ep.Steps {
 			want, err := x.Act()
 			if err != nil {
@@ -369,7 +369,7 @@ func TestPlayedEpisodesAreLabelledByTheExpert(t *testing.T) {
 }
 
 func TestGoesToListedPlace(t *testing.T) {
-	tmpl, err := rollout.TemplateFor(household.Name).WithPlacesLine(rollout.PlacesAll)
+	tmpl, err := rollout.TemplateFor(household.Name).WithPlacesLine(household.PlacesAll)
 	if err != nil {
 		t.Fatal(err)
 	}

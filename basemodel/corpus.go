@@ -80,7 +80,7 @@ type CorpusConfig struct {
 	Offset int `json:",omitempty"`
 	// PlacesLine is the household prompt's places-line style the
 	// demonstrations are rendered in and the model is trained for ("":
-	// the template's own, rollout.PlacesNext; rollout.PlacesAll lists
+	// the template's own, household.PlacesNext; household.PlacesAll lists
 	// every place not searched yet and the plain demonstrations search
 	// them in random order). Rollouts with the model must use the same
 	// (Recipe.Template).
@@ -105,8 +105,8 @@ func (c CorpusConfig) Validate() error {
 		return fmt.Errorf("corpus: max_steps %d must be positive", c.MaxSteps)
 	case c.SearchFollow < 0 || c.SearchFollow > 1:
 		return fmt.Errorf("corpus: search_follow %v must be in [0, 1]", c.SearchFollow)
-	case c.PlacesLine != "" && c.PlacesLine != rollout.PlacesNext && c.PlacesLine != rollout.PlacesAll && c.PlacesLine != rollout.PlacesFew:
-		return fmt.Errorf("corpus: places_line %q: want %q, %q or %q", c.PlacesLine, rollout.PlacesNext, rollout.PlacesFew, rollout.PlacesAll)
+	case c.PlacesLine != "" && c.PlacesLine != household.PlacesNext && c.PlacesLine != household.PlacesAll && c.PlacesLine != household.PlacesFew:
+		return fmt.Errorf("corpus: places_line %q: want %q, %q or %q", c.PlacesLine, household.PlacesNext, household.PlacesFew, household.PlacesAll)
 	}
 	return nil
 }
@@ -124,18 +124,27 @@ func expertFor(b envadapters.Builtin, env envadapters.Env, tmpl rollout.Template
 
 // searchExpert is the household searching expert that looks in the places
 // in the order tmpl's places-not-searched line shows them, or, when the
-// line lists them all (Template.AllPlaces), in that order on a share
+// line lists them all (household.PlacesAll), in that order on a share
 // follow of its search steps and in random order on the others.
 func searchExpert(env envadapters.Env, tmpl rollout.Template, firstObs string, seed uint64, noise, follow float64) (*household.SearchExpert, error) {
+	turns := householdTurns(tmpl)
+	order := household.PlaceOrder(firstObs, "")
 	switch {
-	case tmpl.FewPlaces > 0:
-		return household.NewMixedSearchExpert(env, seed, noise, rollout.PlaceOrder(tmpl, firstObs), follow, tmpl.FewPlaces)
-	case tmpl.AllPlaces && follow == 0:
+	case turns.Few() > 0:
+		return household.NewMixedSearchExpert(env, seed, noise, order, follow, turns.Few())
+	case turns.Style == household.PlacesAll && follow == 0:
 		return household.NewRandomSearchExpert(env, seed, noise)
-	case tmpl.AllPlaces:
-		return household.NewMixedSearchExpert(env, seed, noise, rollout.PlaceOrder(tmpl, firstObs), follow, 0)
+	case turns.Style == household.PlacesAll:
+		return household.NewMixedSearchExpert(env, seed, noise, order, follow, 0)
 	}
-	return household.NewOrderedSearchExpert(env, seed, noise, rollout.PlaceOrder(tmpl, firstObs))
+	return household.NewOrderedSearchExpert(env, seed, noise, order)
+}
+
+// householdTurns is tmpl's household turns (the zero value, whose style
+// is none of the places-line styles, for another environment's template).
+func householdTurns(tmpl rollout.Template) household.Turns {
+	t, _ := tmpl.Turns.(household.Turns)
+	return t
 }
 
 // stepHint is advice consistent with the action about to be taken.
@@ -339,7 +348,7 @@ func Places(eps []Episode) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, e := range eps {
-		for _, p := range rollout.PlacesIn(e.FirstObs) {
+		for _, p := range household.PlacesIn(e.FirstObs) {
 			if !seen[p] {
 				seen[p] = true
 				out = append(out, p)

@@ -47,31 +47,6 @@ func Pick(id, purpose string, options ...string) string {
 	return options[int(h.Sum32())%len(options)]
 }
 
-// Prompting is how a built-in's turns are put to the policy; the rollout
-// builds its template from it (rollout.TemplateFor).
-type Prompting struct {
-	System        string // the system message ("" : none)
-	ActionRequest string // the line that ends every user turn
-	// ListAdmissible adds the admissible actions to each turn.
-	ListAdmissible bool
-	// SearchAnswer: the reply's action block is <search>…</search> or
-	// <answer>…</answer>, passed on whole, not <action>…</action>.
-	SearchAnswer bool
-	// Places marks a place-searching environment: "go to PLACE" actions
-	// over places all named in the first observation. Its turns leave
-	// "go to" out of the listed actions, carry a line of the places not
-	// searched yet (in a shuffled per-room order, the next one named right
-	// before the action request) and show the window compactly: what the
-	// tiny household bases are trained on (rollout.Template's knobs).
-	Places bool
-}
-
-// Prompter is a built-in that states its Prompting; others get the
-// rollout's generic tagged-action template.
-type Prompter interface {
-	Prompting() Prompting
-}
-
 // SeenItems parses an ALFWorld-style listing, "… you see a x 1, a y 2,
 // and a z 3." (or "nothing"); ok is false when the text lists nothing.
 func SeenItems(obs string) ([]string, bool) {

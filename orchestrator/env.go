@@ -9,11 +9,8 @@ import (
 	"github.com/seedctl/seedctl/envadapters"
 	"github.com/seedctl/seedctl/envadapters/agentgym"
 	// The built-ins, registered where runs look them up (OpenEnv and
-	// Config.Validate), so every program that checks or opens a run's
-	// environment knows the same ones.
-	_ "github.com/seedctl/seedctl/envadapters/household"
-	_ "github.com/seedctl/seedctl/envadapters/searchqa"
-	_ "github.com/seedctl/seedctl/envadapters/webshop"
+	// Config.Validate).
+	_ "github.com/seedctl/seedctl/envadapters/builtins"
 )
 
 // OpenEnv makes a run's environment: a built-in by name, or an AgentGym

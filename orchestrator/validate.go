@@ -10,6 +10,7 @@ import (
 
 	"github.com/seedctl/seedctl/envadapters"
 	"github.com/seedctl/seedctl/inference"
+	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/skills"
 )
 
@@ -471,6 +472,13 @@ func (c Config) crossRules() []rule {
 		{key: "rollout", check: func() error {
 			if err := rc.Validate(); err != nil {
 				return fmt.Errorf("config: rollout: %w", err)
+			}
+			return nil
+		}},
+		{key: "rollout.places_line", id: "env", check: func() error {
+			// The environment knows its own turn styles.
+			if _, err := rollout.TemplateFor(c.Env.Name).WithPlacesLine(c.Rollout.PlacesLine); err != nil {
+				return fmt.Errorf("config: rollout.places_line for env %s: %w", c.Env.Name, err)
 			}
 			return nil
 		}},

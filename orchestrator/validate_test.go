@@ -117,10 +117,11 @@ var ruleCases = map[string]func(c *Config){
 	"eval.sampled_temperature": func(c *Config) {
 		c.Eval.SampledTemperature = math.NaN()
 	},
-	"eval.max_steps":        func(c *Config) { c.Eval.MaxSteps = -1 },
-	"eval.window":           func(c *Config) { c.Eval.Window = -2 },
-	"eval.plateau_patience": func(c *Config) { c.Eval.PlateauPatience = 2 },
-	"rollout":               func(c *Config) { c.Rollout.Mode = "stream" },
+	"eval.max_steps":          func(c *Config) { c.Eval.MaxSteps = -1 },
+	"eval.window":             func(c *Config) { c.Eval.Window = -2 },
+	"eval.plateau_patience":   func(c *Config) { c.Eval.PlateauPatience = 2 },
+	"rollout":                 func(c *Config) { c.Rollout.Mode = "stream" },
+	"rollout.places_line/env": func(c *Config) { c.Rollout.PlacesLine = "every" },
 }
 
 // TestEveryValidationRuleHasACase: each rule has a case that breaks it,

@@ -64,9 +64,11 @@ type Config struct {
 	// Hint, when set, gives text inserted after the task line of each
 	// episode's prompts (evaluation with skills in context).
 	Hint func(task envadapters.Task) string
-	// PlacesLine is the style of the places-not-searched line ("": the
-	// environment template's own; PlacesNext, PlacesAll). It must be the
-	// one the policy was trained with (basemodel.Recipe.PlacesLine).
+	// PlacesLine is the style of the environment's own window turns (the
+	// household's places-not-searched line: household.PlacesNext, …; "":
+	// the environment's default), checked by the environment when the
+	// runner is made (Template.WithPlacesLine). It must be the one the
+	// policy was trained with (basemodel.Recipe.PlacesLine).
 	PlacesLine string
 	// PlacesOrder is the order in which the places line names the places
 	// not searched yet: PlacesOrderRoom ("" too: a fixed permutation per
@@ -124,8 +126,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("rollout config: invalid_penalty %v must not be negative", c.InvalidPenalty)
 	case c.MaxInFlight < 1:
 		return fmt.Errorf("rollout config: max_in_flight %d must be at least 1", c.MaxInFlight)
-	case c.PlacesLine != "" && c.PlacesLine != PlacesNext && c.PlacesLine != PlacesAll && c.PlacesLine != PlacesFew:
-		return fmt.Errorf("rollout config: places_line %q: want %q, %q or %q", c.PlacesLine, PlacesNext, PlacesFew, PlacesAll)
 	case c.PlacesOrder != "" && c.PlacesOrder != PlacesOrderRoom && c.PlacesOrder != PlacesOrderEpisode:
 		return fmt.Errorf("rollout config: places_order %q: want %q or %q", c.PlacesOrder, PlacesOrderRoom, PlacesOrderEpisode)
 	}
@@ -292,10 +292,10 @@ func (r *Runner) windowText(e *episode) string {
 	if r.cfg.PlacesOrder == PlacesOrderEpisode {
 		// Not the trajectory id: it names the iteration, and evaluation
 		// points of one run should see one order per task.
-		tmpl.PlacesKey = placesKey(r.cfg.Seed, e.traj)
+		tmpl.TurnsKey = placesKey(r.cfg.Seed, e.traj)
 	}
 	if r.cfg.PromptStyle == PromptVerlAgent {
-		return VerlAgentText(r.envName, e.traj.FirstObservation, e.traj.Steps, r.cfg.Window, e.last.Observation, e.last.Admissible)
+		return VerlAgentText(tmpl, e.traj.FirstObservation, e.traj.Steps, r.cfg.Window, e.last.Observation, e.last.Admissible)
 	}
 	return WindowText(tmpl, e.traj.FirstObservation, e.traj.Steps, r.cfg.Window, e.last.Observation, e.last.Admissible)
 }
@@ -307,45 +307,28 @@ func placesKey(seed int64, t *Trajectory) string {
 	return fmt.Sprintf("%d/%s/%d", seed, t.Task.ID, t.Sample)
 }
 
-// PlacesIn lists the places an ALFWorld-style first observation names
-// ("… you see a cabinet 1, a drawer 2, and a sinkbasin 1."), in order.
-func PlacesIn(firstObs string) []string {
-	places, _ := envadapters.SeenItems(firstObs)
-	return places
+// EpisodeSteps is past as the environment's turns read it.
+func EpisodeSteps(past []Step) []envadapters.EpisodeStep {
+	out := make([]envadapters.EpisodeStep, len(past))
+	for i, s := range past {
+		out[i] = envadapters.EpisodeStep{Action: s.Action, Observation: s.Observation, Valid: s.Valid}
+	}
+	return out
 }
 
-// WindowText is a window-mode user turn: the first observation (with the
-// task line), the last `window` steps (action and observation), the current
-// observation, the admissible actions and the action request. Pre-training
+// WindowText is a window-mode user turn: the environment's own
+// (Template.Turns), or the first observation (with the task line), the
+// last `window` steps (action and observation), the current observation,
+// then the admissible actions and the action request. Pre-training
 // corpora use it too, so they prompt exactly as rollouts do.
 func WindowText(tmpl Template, firstObs string, past []Step, window int, obs string, admissible []string) string {
-	if tmpl.CompactWindow {
-		return compactWindowText(tmpl, firstObs, past, window, obs, admissible)
+	if tmpl.Turns != nil {
+		body, before := tmpl.Turns.Window(envadapters.WindowTurn{FirstObservation: firstObs, Past: EpisodeSteps(past), Window: window, Observation: obs, Key: tmpl.TurnsKey})
+		return tmpl.userText(body, admissible, before)
 	}
 	var b strings.Builder
 	b.WriteString(strings.TrimSpace(firstObs))
 	if n := len(past); n > 0 {
-		// Places not visited yet: the window shows only the last steps, and
-		// a search needs to know where it has not looked.
-		seen := map[string]bool{}
-		for _, s := range past {
-			if p, ok := strings.CutPrefix(s.Action, "go to "); ok {
-				seen[p] = true
-			}
-		}
-		if tmpl.ListUnvisited {
-			var left []string
-			for _, p := range PlacesIn(firstObs) {
-				if !seen[p] {
-					left = append(left, p)
-				}
-			}
-			if len(left) > 0 {
-				b.WriteString("\nPlaces not visited yet: " + strings.Join(left, ", ") + ".")
-			} else {
-				b.WriteString("\nPlaces not visited yet: none.")
-			}
-		}
 		from := max(0, n-window)
 		fmt.Fprintf(&b, "\nYou have taken %d steps. The last %d:", n, n-from)
 		for k := from; k < n; k++ {
@@ -647,149 +630,6 @@ func Summarize(trajs []*Trajectory, elapsed time.Duration) Metrics {
 		m.EpisodesPerSec = n / elapsed.Seconds()
 	}
 	return m
-}
-
-// PlaceOrder is the order in which tmpl's places-not-searched line names
-// the places firstObs lists: their listed order, or with
-// Template.ShufflePlaces a fixed pseudo-random permutation of it keyed by
-// the first observation (the same at every step of the episode, different
-// between rooms) and Template.PlacesKey (set per episode when the rollout
-// draws each episode's order: Config.PlacesOrder). Searching experts that
-// demonstrate for this template follow the same order.
-func PlaceOrder(tmpl Template, firstObs string) []string {
-	places := PlacesIn(firstObs)
-	if !tmpl.ShufflePlaces {
-		return places
-	}
-	key := make(map[string]uint64, len(places))
-	for _, p := range places {
-		h := fnv.New64a()
-		h.Write([]byte(firstObs))
-		h.Write([]byte{0})
-		if tmpl.PlacesKey != "" {
-			h.Write([]byte(tmpl.PlacesKey))
-			h.Write([]byte{0})
-		}
-		h.Write([]byte(p))
-		key[p] = h.Sum64()
-	}
-	sort.SliceStable(places, func(i, j int) bool { return key[places[i]] < key[places[j]] })
-	return places
-}
-
-// unsearched lists the places firstObs names whose contents no past step
-// has shown, in tmpl's place order: a place counts as searched once the
-// agent arrived there and it was not closed, or opened it. (Arriving at a
-// closed cabinet and leaving shows nothing; a searcher must come back.)
-func unsearched(tmpl Template, firstObs string, past []Step) []string {
-	done := map[string]bool{}
-	for _, s := range past {
-		if p, ok := strings.CutPrefix(s.Action, "go to "); ok && strings.HasPrefix(s.Observation, "You arrive at") && !strings.Contains(s.Observation, " is closed") {
-			done[p] = true
-		}
-		if p, ok := strings.CutPrefix(s.Action, "open "); ok && strings.HasPrefix(s.Observation, "You open") {
-			done[p] = true
-		}
-	}
-	var left []string
-	for _, p := range PlaceOrder(tmpl, firstObs) {
-		if !done[p] {
-			left = append(left, p)
-		}
-	}
-	return left
-}
-
-// compactPlaces is how many unsearched places a compact turn names (the
-// next ones in the template's place order; a search needs only the next, and the full
-// list was a third of every turn).
-const compactPlaces = 6
-
-// compactWindowText is WindowText for Template.CompactWindow:
-//
-//	Your task is to: put a cool plate in cabinet.
-//	Step 1: go to cabinet 1 -> You arrive at cabinet 1. The cabinet 1 is closed.
-//	Step 2: open cabinet 1
-//	Now: You open the cabinet 1. The cabinet 1 is open. In it, you see nothing.
-//	Places not searched yet: cabinet 2, cabinet 3, ….
-//	Admissible actions: …
-//	<action request>
-//
-// Without Template.UnvisitedLast the places line comes right after the task
-// line (recipe v9 and earlier).
-// The first observation's own text (the room listing) is left out: every
-// place it names is in the unsearched line until its contents were seen. Before the
-// first step, "Now:" is the first observation's opening sentence.
-func compactWindowText(tmpl Template, firstObs string, past []Step, window int, obs string, admissible []string) string {
-	var b strings.Builder
-	task := ""
-	if i := strings.Index(firstObs, TaskLinePrefix); i >= 0 {
-		task = strings.TrimSpace(firstObs[i:])
-		if j := strings.IndexByte(task, '\n'); j >= 0 {
-			task = task[:j]
-		}
-	}
-	if task != "" {
-		b.WriteString(task + "\n")
-	}
-	places := ""
-	if tmpl.ListUnvisited {
-		places = unsearchedLine(tmpl, firstObs, past)
-		if !tmpl.UnvisitedLast && !tmpl.NextPlace && !tmpl.AllPlaces && tmpl.FewPlaces == 0 {
-			b.WriteString(places + "\n")
-		}
-	}
-	if tmpl.Notes != nil {
-		steps := make([]envadapters.EpisodeStep, len(past))
-		for i, s := range past {
-			steps[i] = envadapters.EpisodeStep{Action: s.Action, Observation: s.Observation, Valid: s.Valid}
-		}
-		b.WriteString(tmpl.Notes(task, steps))
-	}
-	n := len(past)
-	for k := max(0, n-window); k < n; k++ {
-		fmt.Fprintf(&b, "Step %d: %s", k+1, past[k].Action)
-		if k < n-1 {
-			b.WriteString(" -> " + oneLine(past[k].Observation))
-		}
-		b.WriteString("\n")
-	}
-	now := strings.TrimSpace(obs)
-	if n == 0 {
-		// "You are in the middle of a room. Looking quickly around you, …"
-		if head, _, ok := strings.Cut(now, " Looking quickly around you"); ok {
-			now = head
-		} else if i := strings.Index(now, TaskLinePrefix); i >= 0 {
-			now = strings.TrimSpace(now[:i])
-		}
-	}
-	b.WriteString("Now: " + oneLine(now))
-	if tmpl.NextPlace || tmpl.AllPlaces || tmpl.FewPlaces > 0 {
-		return tmpl.userText(b.String(), admissible, places)
-	}
-	if tmpl.UnvisitedLast && places != "" {
-		b.WriteString("\n" + places)
-	}
-	return tmpl.UserText(b.String(), admissible)
-}
-
-// unsearchedLine is the "Places not searched yet: …" line of a compact
-// window turn (without its newline).
-func unsearchedLine(tmpl Template, firstObs string, past []Step) string {
-	left := unsearched(tmpl, firstObs, past)
-	switch {
-	case tmpl.FewPlaces > 0 && len(left) > tmpl.FewPlaces:
-		return fmt.Sprintf("Places not searched yet: %s and %d more.", strings.Join(left[:tmpl.FewPlaces], ", "), len(left)-tmpl.FewPlaces)
-	case (tmpl.AllPlaces || tmpl.FewPlaces > 0) && len(left) > 0:
-		return "Places not searched yet: " + strings.Join(left, ", ") + "."
-	case tmpl.NextPlace && len(left) > 1:
-		return fmt.Sprintf("Places not searched yet: %s and %d more.", left[0], len(left)-1)
-	case len(left) > compactPlaces:
-		return fmt.Sprintf("Places not searched yet: %s and %d more.", strings.Join(left[:compactPlaces], ", "), len(left)-compactPlaces)
-	case len(left) > 0:
-		return "Places not searched yet: " + strings.Join(left, ", ") + "."
-	}
-	return "Places not searched yet: none."
 }
 
 // oneLine joins an observation's lines with spaces.

@@ -450,7 +450,7 @@ func TestPlacesOrderEpisode(t *testing.T) {
 			first[tr.Group][placesLine(tr.Steps[0].UserText)] = true
 			tmpl := r.Template()
 			if order == PlacesOrderEpisode {
-				tmpl.PlacesKey = placesKey(cfg.Seed, tr)
+				tmpl.TurnsKey = placesKey(cfg.Seed, tr)
 			}
 			// The household's state lines are recorded: the reset's,
 			// then each step's; a rejected action leaves it as it was.
@@ -560,13 +560,13 @@ func TestTemplateForAgentGymFlavors(t *testing.T) {
 	// A built-in states its own prompts (envadapters.Prompter); household
 	// is a place-searching environment, searchqa answers in blocks.
 	hh := TemplateFor("household")
-	if hh.System != "You are a household agent." || !hh.SkipGoTo || !hh.ListUnvisited || !hh.NextPlace || !hh.CompactWindow || !hh.ShufflePlaces || !hh.UnvisitedLast || hh.SearchAnswer {
+	if ht, ok := hh.Turns.(household.Turns); hh.System != "You are a household agent." || !ok || ht.Style != household.PlacesNext || hh.SearchAnswer {
 		t.Errorf("household template %+v", hh)
 	}
-	if sq := TemplateFor("searchqa"); !sq.SearchAnswer || sq.ListAdmissible || sq.ListUnvisited {
+	if sq := TemplateFor("searchqa"); !sq.SearchAnswer || sq.ListAdmissible || sq.Turns != nil {
 		t.Errorf("searchqa template %+v", sq)
 	}
-	if ws := TemplateFor("webshop"); !ws.ListAdmissible || ws.ListUnvisited || ws.SearchAnswer || !strings.Contains(ws.ActionRequest, "click[button]") {
+	if ws := TemplateFor("webshop"); !ws.ListAdmissible || ws.Turns != nil || ws.SearchAnswer || !strings.Contains(ws.ActionRequest, "click[button]") {
 		t.Errorf("webshop template %+v", ws)
 	}
 }
@@ -718,7 +718,7 @@ func TestPlaceSkillSections(t *testing.T) {
 func TestVerlAgentPrompt(t *testing.T) {
 	first := "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, you see a cabinet 1 and a fridge 1.\n\nYour task is to: put a cool mug in cabinet."
 	past := []Step{{Action: "go to fridge 1", Observation: "You arrive at fridge 1. The fridge 1 is closed."}, {Action: "open fridge 1", Observation: "You open the fridge 1. In it, you see a mug 1."}}
-	got := VerlAgentText("alfworld", first, past, 1, past[1].Observation, []string{"take mug 1 from fridge 1", "close fridge 1"})
+	got := VerlAgentText(TemplateFor("alfworld"), first, past, 1, past[1].Observation, []string{"take mug 1 from fridge 1", "close fridge 1"})
 	want := "You are an expert agent acting in the ALFRED embodied household environment. Your task is to: put a cool mug in cabinet.\n" +
 		"Before this step you have taken 2 step(s). The last 1 observation(s) and the action you took after each:\n" +
 		"[Observation 2: 'You arrive at fridge 1. The fridge 1 is closed.', Action 2: 'open fridge 1']\n" +
@@ -729,7 +729,7 @@ func TestVerlAgentPrompt(t *testing.T) {
 	if got != want {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
 	}
-	if step0 := VerlAgentText("alfworld", first, nil, 2, first, nil); strings.Contains(step0, "Before this step") || !strings.Contains(step0, "You are now at step 1") {
+	if step0 := VerlAgentText(TemplateFor("alfworld"), first, nil, 2, first, nil); strings.Contains(step0, "Before this step") || !strings.Contains(step0, "You are now at step 1") {
 		t.Errorf("first step:\n%s", step0)
 	}
 	out, pl := PlaceSkillSections(got, "Cool the mug in the fridge before the cabinet.", "Take the mug now.")

@@ -10,7 +10,8 @@ import (
 )
 
 // Template is how one environment's turns are put to the policy and how an
-// action is read back. The task line ("Your task is to: …", from the
+// action is read back, built from what the environment states
+// (envadapters.Prompting). The task line ("Your task is to: …", from the
 // environment's first observation) and the action-request line are where
 // skills are inserted in teacher contexts.
 type Template struct {
@@ -20,72 +21,16 @@ type Template struct {
 	ActionRequest string
 	// ListAdmissible adds the admissible actions to each turn.
 	ListAdmissible bool
-	// SkipGoTo leaves "go to …" out of the listed actions (the receptacles
-	// are all named in the first observation), which keeps household turns
-	// short enough for small models.
-	SkipGoTo bool
-	// ListUnvisited adds, in window mode, the places named in the first
-	// observation that the episode has not gone to yet, in their listed
-	// order: a search needs them, and the window shows only recent steps.
-	ListUnvisited bool
-	// UnvisitedLast puts, in compact window turns, the places-not-searched
-	// line after "Now:" (next to the admissible actions and the request)
-	// instead of after the task line. A tiny model copies the next place
-	// from it more reliably when it is close to where the action is
-	// written; far from it, the last step's place wins and greedy decoding
-	// goes back to where it already is (recipe v10).
-	UnvisitedLast bool
-	// ShufflePlaces orders the places-not-searched line by a fixed
-	// per-room permutation (PlaceOrder) instead of the listing order, and
-	// the demonstrating expert searches in that order. In listing order a
-	// tiny model learns to count ("go to cabinet 8" after cabinet 7, in a
-	// room with seven) rather than to copy the line's first place; in a
-	// shuffled order copying is the only rule that fits (recipe v11).
-	ShufflePlaces bool
-	// PlacesKey, when set with ShufflePlaces, is mixed into the
-	// permutation's key: the rollout sets it per episode
-	// (Config.PlacesOrder = PlacesOrderEpisode) so that each sample of a
-	// task sees its own order. Empty: one order per room.
-	PlacesKey string
-	// NextPlace makes the compact places line name only the next place
-	// not searched yet and how many more there are ("Places not searched
-	// yet: cabinet 3 and 7 more."), as the last line before the action
-	// request. The place is one token at a fixed distance from where the
-	// reply names its destination, which a tiny model copies reliably;
-	// the first of six places in a line above the admissible actions it
-	// did not (recipe v11: 20% of held-out "go to" steps right with the
-	// six-place line in shuffled order). It decides where the line goes,
-	// so UnvisitedLast has no effect with it.
-	NextPlace bool
-	// AllPlaces makes the compact places line name every place not
-	// searched yet, in the template's place order, as the last line before
-	// the action request (recipe v13, PlacesAll). With it a searcher's
-	// next destination is a choice among the listed places — what the
-	// embedded default's demonstrations show as a uniform random pick —
-	// so a policy's samples of one task open in different places instead
-	// of all copying one. It overrides NextPlace and UnvisitedLast.
-	AllPlaces bool
-	// FewPlaces > 0 makes the compact places line name the first FewPlaces
-	// places not searched yet and how many more ("Places not searched yet:
-	// cabinet 3, drawer 2, fridge 1 and 20 more."), as the last line before
-	// the action request (PlacesFew): a handful of candidates to copy from,
-	// next to where the reply names its destination. It overrides
-	// NextPlace, AllPlaces and UnvisitedLast.
-	FewPlaces int
-	// CompactWindow renders window-mode turns for small models: the task
-	// line and the places not visited yet stand in for the first
-	// observation's room listing (which never changes), each past step is
-	// one "action -> observation" line, and the current observation is not
-	// repeated as the last step's. The decision-relevant state stays in
-	// fixed places, and the turn is about half as long.
-	CompactWindow bool
-	// Notes, when set, adds lines to compact window turns after the places
-	// line: what an environment's notes read off the task line and the
-	// past steps' text (household.NoteLines: what the agent holds and where
-	// it saw the objects its task names, which a short window forgets).
-	// nil for every built-in (household's notes are measured off:
-	// docs/experiments.md, "Tiny base policies").
-	Notes func(task string, past []envadapters.EpisodeStep) string
+	// Intro opens verl-agent-style turns (PromptVerlAgent).
+	Intro string
+	// Turns is the environment's own rendering of window turns and of the
+	// listed actions (envadapters.Prompting.Turns); nil: the generic ones.
+	Turns envadapters.Turns
+	// TurnsKey is passed to Turns as each window turn's
+	// envadapters.WindowTurn.Key: the rollout sets it per episode
+	// (Config.PlacesOrder = PlacesOrderEpisode). Empty: one rendering per
+	// task.
+	TurnsKey string
 	// Extract reads the action from the model's text; ok is false when the
 	// output has no usable action (an invalid step, never a crash).
 	Extract func(text string, admissible []string) (action string, ok bool)
@@ -97,10 +42,13 @@ type Template struct {
 	// SearchAnswer: the reply's action block is <search>…</search> or
 	// <answer>…</answer> (ExtractSearchAnswer), not <action>…</action>.
 	SearchAnswer bool
+	// turnsFor makes Turns for a style (WithPlacesLine); nil when the
+	// environment renders no turns of its own.
+	turnsFor func(style string) (envadapters.Turns, error)
 }
 
 // TaskLinePrefix starts the line episode skills are inserted after.
-const TaskLinePrefix = "Your task is to:"
+const TaskLinePrefix = envadapters.TaskLinePrefix
 
 var actionTag = regexp.MustCompile(`(?is)<action>(.*?)</action>`)
 
@@ -144,71 +92,59 @@ func ExtractSearchAnswer(text string, _ []string) (string, bool) {
 	return "", false
 }
 
-// Places-line styles of household-like templates (Config.PlacesLine,
-// basemodel.Recipe.PlacesLine).
-const (
-	// PlacesNext names the next place not searched and how many more
-	// (Template.NextPlace; recipes v11–v12).
-	PlacesNext = "next"
-	// PlacesAll names every place not searched (Template.AllPlaces;
-	// recipe v13).
-	PlacesAll = "all"
-	// PlacesFew names the first fewPlaces places not searched and a count
-	// (Template.FewPlaces).
-	PlacesFew = "few"
-)
-
-// fewPlaces is how many candidates a PlacesFew line names.
-const fewPlaces = 3
-
-// WithPlacesLine returns t with the places line in style ("" leaves t as
-// it is). Templates without a places line (Template.ListUnvisited off)
-// accept only "".
+// WithPlacesLine returns t with the environment's turns in style (the
+// run's rollout.places_line; "" leaves t as it is). An environment without
+// turns of its own accepts only "", and one with them refuses a style it
+// does not know.
 func (t Template) WithPlacesLine(style string) (Template, error) {
-	switch style {
-	case "":
-		return t, nil
-	case PlacesNext, PlacesAll, PlacesFew:
-		if !t.ListUnvisited {
-			return t, fmt.Errorf("places line %q: this environment's prompts have no places line", style)
-		}
-		t.NextPlace, t.AllPlaces, t.FewPlaces = style == PlacesNext, style == PlacesAll, 0
-		if style == PlacesFew {
-			t.FewPlaces = fewPlaces
-		}
+	if style == "" {
 		return t, nil
 	}
-	return t, fmt.Errorf("places line %q: want %q, %q or %q", style, PlacesNext, PlacesFew, PlacesAll)
+	if t.turnsFor == nil {
+		return t, fmt.Errorf("places line %q: this environment's prompts have no places line", style)
+	}
+	turns, err := t.turnsFor(style)
+	if err != nil {
+		return t, err
+	}
+	t.Turns = turns
+	return t, nil
 }
 
-// templateOf is the template a built-in's Prompting asks for.
-func templateOf(p envadapters.Prompting) Template {
-	t := Template{System: p.System, ActionRequest: p.ActionRequest, ListAdmissible: p.ListAdmissible, Extract: ExtractTagged}
+// TemplateOf is the template a Prompting asks for.
+func TemplateOf(p envadapters.Prompting) (Template, error) {
+	t := Template{System: p.System, ActionRequest: p.ActionRequest, ListAdmissible: p.ListAdmissible, Intro: p.Intro, Extract: ExtractTagged}
 	if p.SearchAnswer {
 		t.Extract, t.SearchAnswer = ExtractSearchAnswer, true
 	}
-	if p.Places {
-		t.SkipGoTo, t.ListUnvisited, t.UnvisitedLast, t.ShufflePlaces, t.NextPlace, t.CompactWindow = true, true, true, true, true, true
+	if p.Turns != nil {
+		turns, err := p.Turns("")
+		if err != nil {
+			return Template{}, fmt.Errorf("the environment's default turns: %w", err)
+		}
+		t.Turns, t.turnsFor = turns, p.Turns
 	}
-	return t
+	return t, nil
 }
 
 // TemplateFor returns the template a registered built-in's Prompting
-// asks for (envadapters.Prompter), or a generic tagged-action one
-// that, for an AgentGym flavor whose server sends no action list, states
-// the flavor's action grammar (agentgym.Flavors).
+// asks for (envadapters.Prompter), an AgentGym flavor's
+// (agentgym.FlavorInfo.Prompting: its action grammar where its server
+// sends no action list), or a generic tagged-action one.
 func TemplateFor(env string) Template {
+	p := envadapters.Prompting{ActionRequest: "Write your next action inside <action> and </action>.", ListAdmissible: true}
 	if b, err := envadapters.Lookup(env); err == nil {
-		if p, ok := b.(envadapters.Prompter); ok {
-			return templateOf(p.Prompting())
+		if pr, ok := b.(envadapters.Prompter); ok {
+			p = pr.Prompting()
 		}
+	} else if f, ok := agentgym.Flavors[env]; ok {
+		p = f.Prompting()
 	}
-	t := Template{ActionRequest: "Write your next action inside <action> and </action>.", ListAdmissible: true, Extract: ExtractTagged}
-	if f, ok := agentgym.Flavors[env]; ok {
-		t.System = f.System
-		if f.Actions != "" {
-			t.ActionRequest = f.Actions + " " + t.ActionRequest
-		}
+	t, err := TemplateOf(p)
+	if err != nil {
+		// A registered environment whose default turns fail is a bug in
+		// that environment, found by its own tests.
+		panic(fmt.Sprintf("rollout: environment %s: %v", env, err))
 	}
 	return t
 }
@@ -227,7 +163,7 @@ func (t Template) userText(observation string, admissible []string, beforeReques
 	if t.ListAdmissible {
 		var list []string
 		for _, a := range admissible {
-			if !(t.SkipGoTo && strings.HasPrefix(a, "go to ")) {
+			if t.Turns == nil || t.Turns.Lists(a) {
 				list = append(list, a)
 			}
 		}

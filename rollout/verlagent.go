@@ -21,16 +21,6 @@ const (
 	PromptVerlAgent = "verl-agent"
 )
 
-// verlAgentIntro is each environment's opening sentence.
-var verlAgentIntro = map[string]string{
-	"alfworld":  "You are an expert agent acting in the ALFRED embodied household environment.",
-	"household": "You are an expert agent acting in the ALFRED embodied household environment.",
-	"webshop":   "You are an expert autonomous agent shopping in the WebShop e-commerce environment.",
-	"sciworld":  "You are an expert agent carrying out a science experiment in the ScienceWorld environment.",
-	"textcraft": "You are an expert agent crafting items in a Minecraft-like environment.",
-	"babyai":    "You are an expert agent navigating a BabyAI grid world.",
-}
-
 // taskPatterns find the task in a first observation: the public code's
 // task lines, and WebShop's "Instruction: [SEP] … [SEP]".
 var taskPatterns = []*regexp.Regexp{
@@ -57,9 +47,9 @@ func TaskOf(firstObs string) string {
 // VerlAgentText is a window-mode turn in the verl-agent style (see
 // PromptVerlAgent): task i's first observation, the last window steps of
 // past, the current observation and its admissible actions.
-func VerlAgentText(env, firstObs string, past []Step, window int, obs string, admissible []string) string {
+func VerlAgentText(tmpl Template, firstObs string, past []Step, window int, obs string, admissible []string) string {
 	var b strings.Builder
-	intro := verlAgentIntro[env]
+	intro := tmpl.Intro
 	if intro == "" {
 		intro = "You are an expert agent acting in a text environment."
 	}

@@ -3,10 +3,10 @@ package rollout
 import (
 	"flag"
 	"fmt"
+	"github.com/seedctl/seedctl/envadapters/household"
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -101,63 +101,13 @@ func TestWindowTextShowsTheCurrentObservationOnce(t *testing.T) {
 	}
 }
 
-// TestPlaceOrder: with Template.ShufflePlaces the places line follows a
-// permutation of the listing that is fixed for a room and differs between
-// rooms; without it, the listing order.
-func TestPlaceOrder(t *testing.T) {
-	listed := PlacesIn(firstObs)
-	if got := PlaceOrder(Template{}, firstObs); !slices.Equal(got, listed) {
-		t.Fatalf("unshuffled order %v, want the listing %v", got, listed)
-	}
-	tmpl := TemplateFor("household")
-	if !tmpl.ShufflePlaces {
-		t.Fatal("the household template no longer shuffles its places line; update this test and the base-model recipe together")
-	}
-	got := PlaceOrder(tmpl, firstObs)
-	if !slices.Equal(PlaceOrder(tmpl, firstObs), got) {
-		t.Fatal("the order changes between calls")
-	}
-	sorted := slices.Clone(got)
-	slices.Sort(sorted)
-	want := slices.Clone(listed)
-	slices.Sort(want)
-	if !slices.Equal(sorted, want) {
-		t.Fatalf("order %v is not a permutation of %v", got, listed)
-	}
-	// Rooms (here: the same room under other tasks) get different orders,
-	// and the order is rarely the listing's.
-	distinct, asListed := map[string]bool{}, 0
-	for _, task := range []string{"put a cool apple in countertop.", "heat some egg and put it in fridge.", "find two mug and put them in cabinet.", "look at apple under the desklamp.", "put a clean cup in microwave.", "put some plate on countertop."} {
-		obs := strings.Replace(firstObs, "put a cool apple in countertop.", task, 1)
-		o := PlaceOrder(tmpl, obs)
-		distinct[strings.Join(o, ",")] = true
-		if slices.Equal(o, listed) {
-			asListed++
-		}
-	}
-	if len(distinct) < 4 || asListed > 1 {
-		t.Errorf("%d distinct orders over 6 rooms, %d in listing order", len(distinct), asListed)
-	}
-	// The places line follows the order, and a searched place leaves it.
-	past := []Step{{Action: "go to " + got[0], Observation: "You arrive at " + got[0] + ". On the " + got[0] + ", you see nothing."}}
-	line := unsearchedLine(tmpl, firstObs, past)
-	if want := fmt.Sprintf("Places not searched yet: %s and %d more.", got[1], len(got)-2); line != want {
-		t.Errorf("places line %q, want %q", line, want)
-	}
-	tmpl.NextPlace = false
-	line = unsearchedLine(tmpl, firstObs, past)
-	if want := "Places not searched yet: " + strings.Join(got[1:], ", ") + "."; line != want {
-		t.Errorf("six-place line %q, want %q", line, want)
-	}
-}
-
-// TestPlacesLineStyles: Config.PlacesLine selects the places line — the
+// TestPlacesLineStyles: Config.PlacesLine selects the household's places line — the
 // next place and a count, or every place not searched yet — always the
 // last line before the action request; a template without a places line
 // refuses a style, and a wrong style is named.
 func TestPlacesLineStyles(t *testing.T) {
 	hh := TemplateFor("household")
-	order := PlaceOrder(hh, firstObs)
+	order := household.PlaceOrder(firstObs, "")
 	past := []Step{
 		{Action: "go to " + order[0], Observation: "You arrive at " + order[0] + ". On the " + order[0] + ", you see nothing."},
 		{Action: "go to fridge 1", Observation: "You arrive at fridge 1. The fridge 1 is closed."}, // closed: not searched
@@ -165,9 +115,9 @@ func TestPlacesLineStyles(t *testing.T) {
 	left := order[1:]
 	for _, tc := range []struct{ style, line string }{
 		{"", fmt.Sprintf("Places not searched yet: %s and %d more.", left[0], len(left)-1)},
-		{PlacesNext, fmt.Sprintf("Places not searched yet: %s and %d more.", left[0], len(left)-1)},
-		{PlacesAll, "Places not searched yet: " + strings.Join(left, ", ") + "."},
-		{PlacesFew, fmt.Sprintf("Places not searched yet: %s and %d more.", strings.Join(left[:3], ", "), len(left)-3)},
+		{household.PlacesNext, fmt.Sprintf("Places not searched yet: %s and %d more.", left[0], len(left)-1)},
+		{household.PlacesAll, "Places not searched yet: " + strings.Join(left, ", ") + "."},
+		{household.PlacesFew, fmt.Sprintf("Places not searched yet: %s and %d more.", strings.Join(left[:3], ", "), len(left)-3)},
 	} {
 		tmpl, err := hh.WithPlacesLine(tc.style)
 		if err != nil {
@@ -182,23 +132,18 @@ func TestPlacesLineStyles(t *testing.T) {
 		}
 	}
 	// Every place searched: the all-places line says none.
-	all, _ := hh.WithPlacesLine(PlacesAll)
+	all, _ := hh.WithPlacesLine(household.PlacesAll)
 	var done []Step
 	for _, p := range order {
 		done = append(done, Step{Action: "go to " + p, Observation: "You arrive at " + p + ". On the " + p + ", you see nothing."})
 	}
-	if got := unsearchedLine(all, firstObs, done); got != "Places not searched yet: none." {
-		t.Errorf("all searched: %q", got)
+	if got := WindowText(all, firstObs, done, 3, done[len(done)-1].Observation, nil); !strings.HasSuffix(got, "\nPlaces not searched yet: none.\n"+all.ActionRequest) {
+		t.Errorf("all searched:\n%s", got)
 	}
-	if _, err := TemplateFor("webshop").WithPlacesLine(PlacesAll); err == nil || !strings.Contains(err.Error(), "no places line") {
+	if _, err := TemplateFor("webshop").WithPlacesLine(household.PlacesAll); err == nil || !strings.Contains(err.Error(), "no places line") {
 		t.Errorf("webshop with a places line: err %v", err)
 	}
 	if _, err := hh.WithPlacesLine("some"); err == nil || !strings.Contains(err.Error(), `"some"`) {
 		t.Errorf("bad style: err %v", err)
-	}
-	cfg := DefaultConfig()
-	cfg.PlacesLine = "every"
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "places_line") {
-		t.Errorf("config with a bad places line: err %v", err)
 	}
 }

@@ -17,9 +17,7 @@ import (
 
 	"github.com/seedctl/seedctl/envadapters"
 	"github.com/seedctl/seedctl/envadapters/agentgym"
-	_ "github.com/seedctl/seedctl/envadapters/household" // registers "household"
-	_ "github.com/seedctl/seedctl/envadapters/searchqa"  // registers "searchqa"
-	_ "github.com/seedctl/seedctl/envadapters/webshop"   // registers "webshop"
+	_ "github.com/seedctl/seedctl/envadapters/builtins" // registers the built-ins
 )
 
 func envCommand() *cli.Command {

@@ -75,6 +75,19 @@ type FlavorInfo struct {
 	Actions string
 	// System is the system prompt of the flavor's rollouts ("": generic).
 	System string
+	// Intro is the flavor's opening sentence in verl-agent-style prompts.
+	Intro string
+}
+
+// Prompting is how a flavor's turns are put to the policy: tagged actions,
+// the server's action list where it sends one, and the flavor's action
+// grammar in the request where it does not.
+func (f FlavorInfo) Prompting() envadapters.Prompting {
+	p := envadapters.Prompting{System: f.System, ActionRequest: "Write your next action inside <action> and </action>.", ListAdmissible: true, Intro: f.Intro}
+	if f.Actions != "" {
+		p.ActionRequest = f.Actions + " " + p.ActionRequest
+	}
+	return p
 }
 
 // Flavors lists what seedctl knows of each AgentGym server.
@@ -86,8 +99,10 @@ var Flavors = map[string]FlavorInfo{
 			"(2420-2619, 200 games of ALFWorld's valid_train); the server answers \"list index out of range\" beyond. " +
 			"ALFWorld's valid_seen (140) and valid_unseen (134) are not served by it: eval_unseen is empty",
 		Invalid: []string{"Nothing happens."},
+		Intro:   "You are an expert agent acting in the ALFRED embodied household environment.",
 	},
 	WebShop: {
+		Intro:    "You are an expert autonomous agent shopping in the WebShop e-commerce environment.",
 		DataSize: 12087,
 		Splits:   map[string]Range{"train": {1500, 10587}, "eval_seen": {0, 500}, "eval_unseen": {500, 0}},
 		Source: "WebShop's own split (baseline_models/env.py: goals 0-499 test, 500-1499 validation, 1500 on train; " +
@@ -95,6 +110,7 @@ var Flavors = map[string]FlavorInfo{
 	},
 	SciWorld: {
 		System: "You are a scientist agent in ScienceWorld, a text world. Carry out the task by acting in it.",
+		Intro:  "You are an expert agent carrying out a science experiment in the ScienceWorld environment.",
 		Source: "agentenv-sciworld enumerates every variation of every ScienceWorld task but seven, in task order, " +
 			"with no train/test split: give env.splits",
 		// The refusals a 10-action probe of the real server sent beyond
@@ -111,6 +127,7 @@ var Flavors = map[string]FlavorInfo{
 	},
 	TextCraft: {
 		Wraps: true,
+		Intro: "You are an expert agent crafting items in a Minecraft-like environment.",
 		Source: "agentenv-textcraft picks the goal item data_idx modulo the number of craftable items, " +
 			"with no train/test split: give env.splits, with ranges that do not wrap onto each other",
 		Invalid:  []string{"Could not", "Wrong item format"},
@@ -118,6 +135,7 @@ var Flavors = map[string]FlavorInfo{
 		Actions:  "Actions: get N ITEM; craft N ITEM using N ITEM[, N ITEM ...] (one of the crafting commands above); inventory.",
 	},
 	BabyAI: {
+		Intro: "You are an expert agent navigating a BabyAI grid world.",
 		Source: "agentenv-babyai plays level data_idx mod 40 (of 40) with seed data_idx div 40, " +
 			"with no train/test split: give env.splits",
 		Invalid:  []string{"The action is not recognized. Please check valid actions.", "No change in state.", "You cannot"},

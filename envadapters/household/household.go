@@ -34,13 +34,21 @@ func (builtin) Description() string {
 }
 func (builtin) Families() []string { return append([]string(nil), Families...) }
 
-// Prompting: a place-searching environment with an admissible-action list.
+// Prompting: a place-searching environment with an admissible-action list,
+// whose window turns are its own (Turns).
 func (builtin) Prompting() envadapters.Prompting {
 	return envadapters.Prompting{
 		System:         "You are a household agent.",
 		ActionRequest:  "Next action (go to a place, or an admissible action) in <action></action>:",
 		ListAdmissible: true,
-		Places:         true,
+		Intro:          "You are an expert agent acting in the ALFRED embodied household environment.",
+		Turns: func(style string) (envadapters.Turns, error) {
+			t, err := NewTurns(style)
+			if err != nil {
+				return nil, err
+			}
+			return t, nil
+		},
 	}
 }
 

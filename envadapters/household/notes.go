@@ -12,7 +12,7 @@ import (
 // last saw the objects its task names. A short window of recent steps
 // loses both after a few steps; a pick-two task or a long walk back to a
 // place seen earlier needs them. NoteLines puts them in a compact window
-// turn (rollout.Template.Notes); off by default: measured with recipe v8,
+// turn (Turns.Notes); off by default: measured with recipe v8,
 // they raised plain success but took away the gain from hints
 // (docs/experiments.md, "Tiny base policies").
 type Notes struct {
@@ -154,7 +154,7 @@ func (n Notes) Lines() string {
 	return b.String()
 }
 
-// NoteLines is the notes' prompt lines for rollout.Template.Notes.
+// NoteLines is the notes' prompt lines for Turns.Notes.
 func NoteLines(task string, past []envadapters.EpisodeStep) string {
 	return TakeNotes(task, past).Lines()
 }

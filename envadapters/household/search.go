@@ -82,7 +82,7 @@ func NewOrderedSearchExpert(e envadapters.Env, seed uint64, noise float64, order
 // NewRandomSearchExpert goes next to a place drawn uniformly among those
 // it has not searched yet (from its own stream, seeded by seed): a search
 // whose every step is a choice, as a prompt that lists all the places not
-// searched yet leaves it (rollout.PlacesAll). Demonstrations from it teach
+// searched yet leaves it (PlacesAll). Demonstrations from it teach
 // a policy to spread its samples over the listed places rather than copy
 // one.
 func NewRandomSearchExpert(e envadapters.Env, seed uint64, noise float64) (*SearchExpert, error) {

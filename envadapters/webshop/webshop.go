@@ -81,6 +81,7 @@ func (builtin) Prompting() envadapters.Prompting {
 		System:         "You are an expert online shopper. Find and buy the product that fits the instruction.",
 		ActionRequest:  "Give your next action, search[query] or click[button], inside <action> and </action>.",
 		ListAdmissible: true,
+		Intro:          "You are an expert autonomous agent shopping in the WebShop e-commerce environment.",
 	}
 }
 func (builtin) SplitSize(s envadapters.Split) int { return splitSizes[s] }
