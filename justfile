@@ -71,6 +71,15 @@ build-jobs:
 check-nccl:
     ./scripts/check-nccl.sh
 
+# AgentGym's own TextCraft server at a pinned commit, in a venv under .build/agentgym (needs github.com; AGENTGYM_SRC=DIR takes an existing checkout): serves on 127.0.0.1:PORT
+textcraft-server PORT="36001":
+    ./scripts/textcraft-server.sh {{PORT}}
+
+# The TextCraft planner on every goal of a running server (`just textcraft-server` in another shell); -update rewrites envadapters/agentgym/testdata/textcraft_expert.json, which CI replays
+textcraft-expert URL="http://127.0.0.1:36001" *FLAGS:
+    SEEDCTL_TEXTCRAFT_URL={{URL}} SEEDCTL_TEXTCRAFT_RECIPES="$(ls -d $PWD/.build/agentgym/src-*/agentenv-textcraft/agentenv_textcraft/recipes | head -1)" \
+      go test -tags textcraft_live ./envadapters/agentgym -run TestTextCraftExpertLive -v -timeout 10m {{FLAGS}}
+
 # Fuzz the server's request decoder, the AgentGym server and the learner port's handshake and commands (DURATION each, e.g. 10m); their seed corpora run with every `just test`
 fuzz DURATION="1m":
     go test ./inference/server -run '^$' -fuzz FuzzCompletionRequest -fuzztime {{DURATION}} -parallel 1
@@ -89,9 +98,10 @@ lint:
     unformatted="$(gofmt -l $(git ls-files --cached --others --exclude-standard '*.go'))"
     if [[ -n "$unformatted" ]]; then echo "not gofmt-ed:"; echo "$unformatted"; exit 1; fi
     go vet ./...
-    # The tests behind build tags (real vLLM, SmolLM2) compile here too.
+    # The tests behind build tags (real vLLM, SmolLM2, a live TextCraft server) compile here too.
     go vet -tags vllm ./cmd/seedctl
     go vet -tags smollm2 ./inference/server
+    go vet -tags textcraft_live ./envadapters/agentgym
     go test -count=1 -run 'TestRepositoryFollowsArchitecture|TestCheck' ./internal/archtest/
 
 # Check this machine: libtorch, device, BLAS, matmul GFLOP/s, tools

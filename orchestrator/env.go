@@ -82,6 +82,10 @@ func (c EnvConfig) remoteSplits() (map[string]agentgym.Range, error) {
 				out["train"].Start, out["train"].Count, s, out[s].Start, out[s].Count)
 		}
 	}
+	if out["eval_seen"].Overlaps(out["eval_unseen"]) {
+		return nil, fmt.Errorf("config: env.splits.eval_seen {%d, %d} and env.splits.eval_unseen {%d, %d} share indices: the two evaluations would not be distinct",
+			out["eval_seen"].Start, out["eval_seen"].Count, out["eval_unseen"].Start, out["eval_unseen"].Count)
+	}
 	return out, nil
 }
 

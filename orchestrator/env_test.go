@@ -64,6 +64,8 @@ func TestConfigCheckAndRunAgreeOnAgentGym(t *testing.T) {
 		{"sciworld without splits", agentgymConfig(agentgym.SciWorld, nil), "env.splits.train is required"},
 		{"babyai without splits", agentgymConfig(agentgym.BabyAI, nil), "env.splits.train is required"},
 		{"eval on training games", agentgymConfig(agentgym.ALFWorld, map[string]agentgym.Range{"eval_seen": r(0, 140)}), "share indices"},
+		{"textcraft past its 544 goals (wrapping onto training goals)", agentgymConfig(agentgym.TextCraft, map[string]agentgym.Range{"train": r(0, 400), "eval_seen": r(400, 100), "eval_unseen": r(500, 100)}), "indices 0-543"},
+		{"eval_seen and eval_unseen overlap", agentgymConfig(agentgym.TextCraft, map[string]agentgym.Range{"train": r(0, 400), "eval_seen": r(400, 100), "eval_unseen": r(450, 94)}), "would not be distinct"},
 		{"past the server's games", agentgymConfig(agentgym.ALFWorld, map[string]agentgym.Range{"eval_seen": r(2420, 300)}), "indices 0-2619"},
 		{"negative start", agentgymConfig(agentgym.ALFWorld, map[string]agentgym.Range{"eval_seen": r(-1, 3)}), "must not be negative"},
 		{"unknown split", agentgymConfig(agentgym.ALFWorld, map[string]agentgym.Range{"test": r(2420, 3)}), "env.splits.test"},

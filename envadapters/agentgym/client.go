@@ -90,6 +90,9 @@ func (f FlavorInfo) Prompting() envadapters.Prompting {
 	return p
 }
 
+// textcraftDataSize is how many goals agentenv-textcraft has.
+const textcraftDataSize = 544
+
 // Flavors lists what seedctl knows of each AgentGym server.
 var Flavors = map[string]FlavorInfo{
 	ALFWorld: {
@@ -128,8 +131,11 @@ var Flavors = map[string]FlavorInfo{
 	TextCraft: {
 		Wraps: true,
 		Intro: "You are an expert agent crafting items in a Minecraft-like environment.",
-		Source: "agentenv-textcraft picks the goal item data_idx modulo the number of craftable items, " +
-			"with no train/test split: give env.splits, with ranges that do not wrap onto each other",
+		// 544 goals: data_idx 544 answers as 0 (probed on the server at
+		// AgentGym 3ef9235; TestTextCraftExpert's recording lists them).
+		DataSize: textcraftDataSize,
+		Source: "agentenv-textcraft picks the goal item data_idx modulo its 544 craftable items (sorted by recipe depth, " +
+			"ties in the order os.listdir gives the recipe files), with no train/test split: give env.splits",
 		Invalid:  []string{"Could not", "Wrong item format"},
 		HasClose: true,
 		Actions:  "Actions: get N ITEM; craft N ITEM using N ITEM[, N ITEM ...] (one of the crafting commands above); inventory.",

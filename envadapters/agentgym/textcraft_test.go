@@ -1,0 +1,150 @@
+package agentgym
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+var updateRecordings = flag.Bool("update", false, "rewrite testdata recordings (live tests only)")
+
+// textcraftRecording is testdata/textcraft_expert.json: the planner's
+// episodes on every goal of the real TextCraft server, without and with
+// the server's item-type table (TestTextCraftExpertLive writes it).
+type textcraftRecording struct {
+	Source   string             `json:"source"`
+	Tags     TextCraftTags      `json:"tags"`
+	Episodes []textcraftEpisode `json:"episodes"`
+}
+
+// textcraftEpisode is one goal: its first observation and the planner's
+// two plays of it, without (Plain) and with (Tagged) the item-type table.
+type textcraftEpisode struct {
+	Index  int           `json:"index"`
+	Goal   string        `json:"goal"`
+	First  string        `json:"first_observation"`
+	Plain  textcraftPlay `json:"plain"`
+	Tagged textcraftPlay `json:"tagged"`
+}
+
+type textcraftPlay struct {
+	PlanError string          `json:"plan_error,omitempty"`
+	Steps     []textcraftStep `json:"steps"`
+	Won       bool            `json:"won"`
+}
+
+type textcraftStep struct {
+	Action      string `json:"action"`
+	Observation string `json:"observation"`
+	Won         bool   `json:"won,omitempty"`
+}
+
+func readTextCraftRecording(t *testing.T) textcraftRecording {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "textcraft_expert.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec textcraftRecording
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// TestTextCraftExpert: on the real server's first observations (recorded),
+// the planner writes exactly the actions the real server answered, and
+// the recording's wins are what the server said: the expert is checked
+// against the real thing without it.
+func TestTextCraftExpert(t *testing.T) {
+	rec := readTextCraftRecording(t)
+	won := map[bool]int{}
+	goals := map[int]string{}
+	for _, ep := range rec.Episodes {
+		task, err := ParseTextCraft(ep.First)
+		if err != nil {
+			t.Fatalf("index %d: %v", ep.Index, err)
+		}
+		if task.Goal != ep.Goal {
+			t.Fatalf("index %d: goal %q, recorded %q", ep.Index, task.Goal, ep.Goal)
+		}
+		if g, ok := goals[ep.Index]; ok {
+			t.Fatalf("index %d recorded twice (%q)", ep.Index, g)
+		}
+		goals[ep.Index] = ep.Goal
+		for _, withTags := range []bool{false, true} {
+			play, tags := ep.Plain, TextCraftTags(nil)
+			if withTags {
+				play, tags = ep.Tagged, rec.Tags
+			}
+			plan, err := PlanTextCraft(task, tags)
+			if (err != nil) != (play.PlanError != "") {
+				t.Fatalf("index %d: plan error %v, recorded %q", ep.Index, err, play.PlanError)
+			}
+			var played []string
+			for _, s := range play.Steps {
+				played = append(played, s.Action)
+			}
+			// The recorded episode stops at the win; the plan may not.
+			if len(played) > len(plan) || !slices.Equal(plan[:len(played)], played) {
+				t.Fatalf("index %d (tags %v): plan\n%q\nrecorded\n%q", ep.Index, withTags, plan, played)
+			}
+			if play.Won {
+				won[withTags]++
+				if last := play.Steps[len(play.Steps)-1]; !last.Won || !strings.Contains(last.Observation, strings.ReplaceAll(ep.Goal, " ", "_")) {
+					t.Fatalf("index %d: a win whose last answer is %q", ep.Index, last.Observation)
+				}
+			}
+			for _, s := range play.Steps {
+				if IsInvalid(TextCraft, s.Observation) != strings.HasPrefix(s.Observation, "Could not") {
+					t.Errorf("index %d: %q read as invalid=%v", ep.Index, s.Observation, IsInvalid(TextCraft, s.Observation))
+				}
+			}
+		}
+	}
+	if len(goals) != textcraftDataSize {
+		t.Fatalf("%d goals recorded, want %d", len(goals), textcraftDataSize)
+	}
+	t.Logf("recorded wins: %d of %d without the item-type table, %d with it", won[false], textcraftDataSize, won[true])
+	// What the planner reaches on the real server, as recorded; a change
+	// that plans worse fails here.
+	if won[false] < 400 || won[true] < won[false] {
+		t.Errorf("wins %d without tags, %d with", won[false], won[true])
+	}
+}
+
+// TestParseTextCraft: commands, counts, several inputs, the goal; a
+// malformed command is an error naming it.
+func TestParseTextCraft(t *testing.T) {
+	obs := "Crafting commands:\ncraft 4 oak planks using 1 oak logs\ncraft 1 loom using 2 planks, 2 string\ncraft 4 stick using 2 planks\n\nGoal: craft loom."
+	task, err := ParseTextCraft(obs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := TextCraftTask{Goal: "loom", Recipes: []TextCraftRecipe{
+		{Count: 4, Output: "oak planks", Inputs: []TextCraftItem{{1, "oak logs"}}},
+		{Count: 1, Output: "loom", Inputs: []TextCraftItem{{2, "planks"}, {2, "string"}}},
+		{Count: 4, Output: "stick", Inputs: []TextCraftItem{{2, "planks"}}},
+	}}
+	b1, _ := json.Marshal(task)
+	b2, _ := json.Marshal(want)
+	if string(b1) != string(b2) {
+		t.Fatalf("got %s\nwant %s", b1, b2)
+	}
+	plan, err := PlanTextCraft(task, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"get 1 oak logs", "craft 4 oak planks using 1 oak logs", "get 2 string", "craft 1 loom using 2 oak planks, 2 string"}; !slices.Equal(plan, want) {
+		t.Errorf("plan %q, want %q", plan, want)
+	}
+	for _, bad := range []string{"Crafting commands:\ncraft oak planks using 1 oak logs\n\nGoal: craft x.", "Crafting commands:\ncraft 1 x using y\n\nGoal: craft x.", "no goal here"} {
+		if _, err := ParseTextCraft(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
