@@ -66,6 +66,13 @@ type EnvConfig struct {
 	// start+i. Unset splits take the flavor's defaults where its data has
 	// a published split (agentgym.Flavors).
 	Splits map[string]agentgym.Range `json:"splits,omitempty"`
+	// GoalsFile, for an AgentGym env, is a JSON object of task index →
+	// goal ({"400": "stone pickaxe", …}) the server must answer with: a
+	// committed config carries the goals it was made on, and a server
+	// that maps an index to another goal is refused at that reset. Every
+	// run also records the goals it met in its folder (env_goals.json)
+	// and a resume is held to them.
+	GoalsFile string `json:"goals_file,omitempty"`
 	// MaxSteps is the episode step limit (training and eval unless
 	// eval.max_steps is set); 0: the environment's own.
 	MaxSteps int `json:"max_steps,omitempty"`

@@ -62,11 +62,11 @@ func (c EnvConfig) remoteSplits() (map[string]agentgym.Range, error) {
 			}
 		}
 		switch {
-		case r.Start < 0 || r.Count < 0:
-			return nil, fmt.Errorf("config: env.splits.%s {start %d, count %d}: start and count must not be negative", s, r.Start, r.Count)
+		case r.Check() != "":
+			return nil, fmt.Errorf("config: env.splits.%s %s: %s", s, r, r.Check())
 		case info.DataSize > 0 && r.End() > info.DataSize:
-			return nil, fmt.Errorf("config: env.splits.%s {start %d, count %d} ends at index %d; agentgym %s has indices 0-%d (%s)", s, r.Start, r.Count, r.End()-1, c.Name, info.DataSize-1, info.Source)
-		case s == "train" && r.Count < 1:
+			return nil, fmt.Errorf("config: env.splits.%s %s reaches index %d; agentgym %s has indices 0-%d (%s)", s, r, r.End()-1, c.Name, info.DataSize-1, info.Source)
+		case s == "train" && r.Len() < 1:
 			return nil, errors.New("config: env.splits.train must have at least one task")
 		}
 		out[s] = r
@@ -78,13 +78,13 @@ func (c EnvConfig) remoteSplits() (map[string]agentgym.Range, error) {
 	}
 	for _, s := range []string{"eval_seen", "eval_unseen"} {
 		if out["train"].Overlaps(out[s]) {
-			return nil, fmt.Errorf("config: env.splits.train {%d, %d} and env.splits.%s {%d, %d} share indices: evaluation would run on training tasks",
-				out["train"].Start, out["train"].Count, s, out[s].Start, out[s].Count)
+			return nil, fmt.Errorf("config: env.splits.train (%s) and env.splits.%s (%s) share indices: evaluation would run on training tasks",
+				out["train"], s, out[s])
 		}
 	}
 	if out["eval_seen"].Overlaps(out["eval_unseen"]) {
-		return nil, fmt.Errorf("config: env.splits.eval_seen {%d, %d} and env.splits.eval_unseen {%d, %d} share indices: the two evaluations would not be distinct",
-			out["eval_seen"].Start, out["eval_seen"].Count, out["eval_unseen"].Start, out["eval_unseen"].Count)
+		return nil, fmt.Errorf("config: env.splits.eval_seen (%s) and env.splits.eval_unseen (%s) share indices: the two evaluations would not be distinct",
+			out["eval_seen"], out["eval_unseen"])
 	}
 	return out, nil
 }
@@ -98,12 +98,7 @@ func describeSplits(splits map[string]agentgym.Range) string {
 	sort.Strings(keys)
 	var parts []string
 	for _, k := range keys {
-		r := splits[k]
-		if r.Count == 0 {
-			parts = append(parts, k+" none")
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("%s %d-%d (%d)", k, r.Start, r.End()-1, r.Count))
+		parts = append(parts, k+" "+splits[k].String())
 	}
 	return strings.Join(parts, ", ")
 }
@@ -115,16 +110,16 @@ type remoteTasks struct {
 	splits map[string]agentgym.Range
 }
 
-func (r remoteTasks) SplitSize(s envadapters.Split) int { return r.splits[string(s)].Count }
+func (r remoteTasks) SplitSize(s envadapters.Split) int { return r.splits[string(s)].Len() }
 
 func (r remoteTasks) Tasks(s envadapters.Split, n int) ([]envadapters.Task, error) {
 	rg := r.splits[string(s)]
-	if n > rg.Count {
-		return nil, fmt.Errorf("%s/%s: %d tasks asked, the split has %d (env.splits.%s)", r.env, s, n, rg.Count, s)
+	if n > rg.Len() {
+		return nil, fmt.Errorf("%s/%s: %d tasks asked, the split has %d (env.splits.%s)", r.env, s, n, rg.Len(), s)
 	}
 	out := make([]envadapters.Task, n)
 	for i := range out {
-		out[i] = envadapters.Task{Env: r.env, Split: s, Index: rg.Start + i, ID: envadapters.TaskID(r.env, s, rg.Start+i)}
+		out[i] = envadapters.Task{Env: r.env, Split: s, Index: rg.At(i), ID: envadapters.TaskID(r.env, s, rg.At(i))}
 	}
 	return out, nil
 }

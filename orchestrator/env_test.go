@@ -65,6 +65,11 @@ func TestConfigCheckAndRunAgreeOnAgentGym(t *testing.T) {
 		{"babyai without splits", agentgymConfig(agentgym.BabyAI, nil), "env.splits.train is required"},
 		{"eval on training games", agentgymConfig(agentgym.ALFWorld, map[string]agentgym.Range{"eval_seen": r(0, 140)}), "share indices"},
 		{"textcraft past its 544 goals (wrapping onto training goals)", agentgymConfig(agentgym.TextCraft, map[string]agentgym.Range{"train": r(0, 400), "eval_seen": r(400, 100), "eval_unseen": r(500, 100)}), "indices 0-543"},
+		{"textcraft with listed eval goals", agentgymConfig(agentgym.TextCraft, map[string]agentgym.Range{"train": r(0, 400), "eval_seen": {Indices: []int{400, 543, 410}}, "eval_unseen": r(500, 0)}), ""},
+		{"listed eval goals among the training goals", agentgymConfig(agentgym.TextCraft, map[string]agentgym.Range{"train": r(0, 400), "eval_seen": {Indices: []int{400, 7}}, "eval_unseen": r(500, 0)}), "share indices"},
+		{"a listed goal twice", agentgymConfig(agentgym.TextCraft, map[string]agentgym.Range{"train": r(0, 400), "eval_seen": {Indices: []int{400, 401, 400}}, "eval_unseen": r(500, 0)}), "listed twice"},
+		{"a start beside listed goals", agentgymConfig(agentgym.TextCraft, map[string]agentgym.Range{"train": r(0, 400), "eval_seen": {Start: 400, Indices: []int{401}}, "eval_unseen": r(500, 0)}), "leave start out"},
+		{"a listed goal past the data", agentgymConfig(agentgym.TextCraft, map[string]agentgym.Range{"train": r(0, 400), "eval_seen": {Indices: []int{400, 544}}, "eval_unseen": r(500, 0)}), "indices 0-543"},
 		{"eval_seen and eval_unseen overlap", agentgymConfig(agentgym.TextCraft, map[string]agentgym.Range{"train": r(0, 400), "eval_seen": r(400, 100), "eval_unseen": r(450, 94)}), "would not be distinct"},
 		{"past the server's games", agentgymConfig(agentgym.ALFWorld, map[string]agentgym.Range{"eval_seen": r(2420, 300)}), "indices 0-2619"},
 		{"negative start", agentgymConfig(agentgym.ALFWorld, map[string]agentgym.Range{"eval_seen": r(-1, 3)}), "must not be negative"},
@@ -90,6 +95,19 @@ func TestConfigCheckAndRunAgreeOnAgentGym(t *testing.T) {
 				t.Fatalf("want an error saying %q, got %v", tc.want, verr)
 			}
 		})
+	}
+	// A split of listed indices hands out exactly those, in order.
+	listed := agentgymConfig(agentgym.TextCraft, map[string]agentgym.Range{"train": r(0, 400), "eval_seen": {Indices: []int{420, 401, 543}}, "eval_unseen": r(500, 0)})
+	env, err := OpenEnv(listed.Env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := env.Tasks.Tasks(envadapters.EvalSeen, 3)
+	if err != nil || tasks[0].Index != 420 || tasks[1].Index != 401 || tasks[2].Index != 543 || env.Tasks.SplitSize(envadapters.EvalSeen) != 3 {
+		t.Errorf("listed eval_seen: %+v %v", tasks, err)
+	}
+	if _, err := env.Tasks.Tasks(envadapters.EvalSeen, 4); err == nil {
+		t.Error("4 tasks of a 3-index split were handed out")
 	}
 	// Only config check knows the step limit a remote env needs.
 	c := agentgymConfig(agentgym.ALFWorld, nil)

@@ -267,6 +267,13 @@ func execute(ctx context.Context, cfg Config, deps Deps, dir runDir, st *State) 
 		return nil, fmt.Errorf("opening environment %s: %w", cfg.Env.Name, err)
 	}
 	defer r.close()
+	if cfg.Env.Kind == "agentgym" {
+		book, err := openGoalBook(dir.path(goalsFile), cfg.Env.GoalsFile)
+		if err != nil {
+			return nil, fmt.Errorf("opening environment %s: the task goals: %w", cfg.Env.Name, err)
+		}
+		r.env.Factory = goalChecked{inner: r.env.Factory, book: book}
+	}
 	if r.pool, err = trainPool(r.env.Tasks, cfg.TrainTasks, cfg.DataShare, cfg.Seed); err != nil {
 		return nil, err
 	}

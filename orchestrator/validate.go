@@ -158,6 +158,18 @@ func (e EnvConfig) rules() []rule {
 		{key: "env.kind", check: func() error {
 			return when(e.Kind != "builtin" && e.Kind != "agentgym", func() error { return bad("env.kind", e.Kind, "want builtin or agentgym") })
 		}},
+		{key: "env.goals_file", check: func() error {
+			switch {
+			case e.GoalsFile == "":
+				return nil
+			case !agentgym:
+				return errors.New("config: env.goals_file is for agentgym envs (a built-in's tasks are its own)")
+			}
+			if _, err := readGoals(e.GoalsFile); err != nil {
+				return fmt.Errorf("config: env.goals_file: %w", err)
+			}
+			return nil
+		}},
 		{key: "env.url", check: func() error {
 			return when(agentgym && e.URL == "", func() error { return errors.New("config: an agentgym env needs env.url (its server)") })
 		}},

@@ -122,6 +122,7 @@ var ruleCases = map[string]func(c *Config){
 	"eval.plateau_patience":   func(c *Config) { c.Eval.PlateauPatience = 2 },
 	"rollout":                 func(c *Config) { c.Rollout.Mode = "stream" },
 	"rollout.places_line/env": func(c *Config) { c.Rollout.PlacesLine = "every" },
+	"env.goals_file":          func(c *Config) { c.Env.GoalsFile = "/nonexistent/goals.json" },
 }
 
 // TestEveryValidationRuleHasACase: each rule has a case that breaks it,

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,18 +35,96 @@ const (
 	BabyAI = "babyai"
 )
 
-// Range is a split's task indices on a server: Start … Start+Count-1.
+// Range is a split's task indices on a server: Start … Start+Count-1, or,
+// when Indices is set, exactly those indices in that order (AgentEval's
+// TextCraft test set is 100 specific goals, not a contiguous range).
 type Range struct {
 	Start int `json:"start"`
 	Count int `json:"count"`
+	// Indices, when set, are the split's server indices; Start must then
+	// be 0 and Count 0 or len(Indices).
+	Indices []int `json:"indices,omitempty"`
 }
 
-// End is one past the range's last index.
-func (r Range) End() int { return r.Start + r.Count }
+// Len is how many tasks the split has.
+func (r Range) Len() int {
+	if r.Indices != nil {
+		return len(r.Indices)
+	}
+	return r.Count
+}
+
+// At is the server index of the split's task i.
+func (r Range) At(i int) int {
+	if r.Indices != nil {
+		return r.Indices[i]
+	}
+	return r.Start + i
+}
+
+// End is one past the range's largest index (0 when empty).
+func (r Range) End() int {
+	if r.Indices == nil {
+		return r.Start + r.Count
+	}
+	end := 0
+	for _, i := range r.Indices {
+		end = max(end, i+1)
+	}
+	return end
+}
+
+// Check says what is wrong with r's own numbers ("" nothing): negative
+// starts, counts or indices, a count beside indices that disagrees, an
+// index listed twice.
+func (r Range) Check() string {
+	switch {
+	case r.Start < 0 || r.Count < 0:
+		return "start and count must not be negative"
+	case r.Indices == nil:
+		return ""
+	case r.Start != 0 || (r.Count != 0 && r.Count != len(r.Indices)):
+		return fmt.Sprintf("with indices, leave start out and count out (or %d)", len(r.Indices))
+	}
+	seen := make(map[int]bool, len(r.Indices))
+	for _, i := range r.Indices {
+		if i < 0 {
+			return fmt.Sprintf("index %d is negative", i)
+		}
+		if seen[i] {
+			return fmt.Sprintf("index %d is listed twice", i)
+		}
+		seen[i] = true
+	}
+	return ""
+}
+
+// String is the range as config check shows it.
+func (r Range) String() string {
+	switch {
+	case r.Len() == 0:
+		return "none"
+	case r.Indices != nil:
+		return fmt.Sprintf("%d listed indices in %d-%d", len(r.Indices), slices.Min(r.Indices), slices.Max(r.Indices))
+	}
+	return fmt.Sprintf("%d-%d (%d)", r.Start, r.End()-1, r.Count)
+}
 
 // Overlaps says whether two ranges share an index.
 func (r Range) Overlaps(o Range) bool {
-	return r.Count > 0 && o.Count > 0 && r.Start < o.End() && o.Start < r.End()
+	if r.Indices == nil && o.Indices == nil {
+		return r.Count > 0 && o.Count > 0 && r.Start < o.End() && o.Start < r.End()
+	}
+	in := make(map[int]bool, r.Len())
+	for i := range r.Len() {
+		in[r.At(i)] = true
+	}
+	for i := range o.Len() {
+		if in[o.At(i)] {
+			return true
+		}
+	}
+	return false
 }
 
 // FlavorInfo is what seedctl knows of a flavor's server, with where it
@@ -97,7 +176,7 @@ const textcraftDataSize = 544
 var Flavors = map[string]FlavorInfo{
 	ALFWorld: {
 		DataSize: 2620,
-		Splits:   map[string]Range{"train": {0, 2420}, "eval_seen": {2420, 200}, "eval_unseen": {2620, 0}},
+		Splits:   map[string]Range{"train": {Start: 0, Count: 2420}, "eval_seen": {Start: 2420, Count: 200}, "eval_unseen": {Start: 2620}},
 		Source: "agentenv-alfworld configs/mappings_train.json (games 0-2419, ALFWorld's train set) and mappings_test.json " +
 			"(2420-2619, 200 games of ALFWorld's valid_train); the server answers \"list index out of range\" beyond. " +
 			"ALFWorld's valid_seen (140) and valid_unseen (134) are not served by it: eval_unseen is empty",
@@ -107,7 +186,7 @@ var Flavors = map[string]FlavorInfo{
 	WebShop: {
 		Intro:    "You are an expert autonomous agent shopping in the WebShop e-commerce environment.",
 		DataSize: 12087,
-		Splits:   map[string]Range{"train": {1500, 10587}, "eval_seen": {0, 500}, "eval_unseen": {500, 0}},
+		Splits:   map[string]Range{"train": {Start: 1500, Count: 10587}, "eval_seen": {Start: 0, Count: 500}, "eval_unseen": {Start: 500}},
 		Source: "WebShop's own split (baseline_models/env.py: goals 0-499 test, 500-1499 validation, 1500 on train; " +
 			"12,087 human goals): eval_seen is the test goals, eval_unseen is empty",
 	},

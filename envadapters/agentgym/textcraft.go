@@ -290,3 +290,26 @@ func cloneCounts(m map[string]int) map[string]int {
 	}
 	return out
 }
+
+// goalLines find a task's goal in a first observation: TextCraft's
+// "Goal: craft X.", the task lines of ALFWorld and ScienceWorld, BabyAI's
+// "Your goal: …", WebShop's "Instruction: [SEP] … [SEP]".
+var goalLines = []*regexp.Regexp{
+	textcraftGoal,
+	regexp.MustCompile(`(?m)Your task is to:?\s*(.+?)\s*$`),
+	regexp.MustCompile(`(?m)Your goal:\s*(.+?)\s*$`),
+	regexp.MustCompile(`Instruction:\s*\[SEP\]\s*(.+?)\s*\[SEP\]`),
+}
+
+// GoalOf is the goal a first observation states ("" when none is found):
+// what a run records per task index, so that a server that maps an index
+// to another goal (another AgentGym commit, or TextCraft's recipe files
+// listed in another order) is caught.
+func GoalOf(obs string) string {
+	for _, re := range goalLines {
+		if m := re.FindStringSubmatch(obs); m != nil {
+			return strings.Join(strings.Fields(strings.TrimSuffix(strings.TrimSpace(m[1]), ".")), " ")
+		}
+	}
+	return ""
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -69,8 +70,8 @@ func TestTextCraftExpert(t *testing.T) {
 		if err != nil {
 			t.Fatalf("index %d: %v", ep.Index, err)
 		}
-		if task.Goal != ep.Goal {
-			t.Fatalf("index %d: goal %q, recorded %q", ep.Index, task.Goal, ep.Goal)
+		if task.Goal != ep.Goal || GoalOf(ep.First) != ep.Goal {
+			t.Fatalf("index %d: goal %q (GoalOf %q), recorded %q", ep.Index, task.Goal, GoalOf(ep.First), ep.Goal)
 		}
 		if g, ok := goals[ep.Index]; ok {
 			t.Fatalf("index %d recorded twice (%q)", ep.Index, g)
@@ -145,6 +146,28 @@ func TestParseTextCraft(t *testing.T) {
 	for _, bad := range []string{"Crafting commands:\ncraft oak planks using 1 oak logs\n\nGoal: craft x.", "Crafting commands:\ncraft 1 x using y\n\nGoal: craft x.", "no goal here"} {
 		if _, err := ParseTextCraft(bad); err == nil {
 			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+// TestTextCraftGoalsFile: the committed index → goal map configs name in
+// env.goals_file is the recorded server's.
+func TestTextCraftGoalsFile(t *testing.T) {
+	rec := readTextCraftRecording(t)
+	b, err := os.ReadFile(filepath.Join("..", "..", "configs", "textcraft-goals-agentgym-3ef9235.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var goals map[string]string
+	if err := json.Unmarshal(b, &goals); err != nil {
+		t.Fatal(err)
+	}
+	if len(goals) != len(rec.Episodes) {
+		t.Fatalf("%d goals, the recording has %d", len(goals), len(rec.Episodes))
+	}
+	for _, ep := range rec.Episodes {
+		if g := goals[strconv.Itoa(ep.Index)]; g != ep.Goal {
+			t.Errorf("index %d: file %q, recorded %q", ep.Index, g, ep.Goal)
 		}
 	}
 }
