@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -122,4 +123,41 @@ func (r remoteTasks) Tasks(s envadapters.Split, n int) ([]envadapters.Task, erro
 		out[i] = envadapters.Task{Env: r.env, Split: s, Index: rg.At(i), ID: envadapters.TaskID(r.env, s, rg.At(i))}
 	}
 	return out, nil
+}
+
+// ProbeRemoteEnv resets one environment of an AgentGym config's server to
+// its first training task and checks that the server answers as the
+// configured flavor and, with env.goals_file, with the goal that file gives
+// the index. The error wraps agentgym.ErrNoFlavorMarks when the flavor
+// cannot be told by its observations.
+func ProbeRemoteEnv(ctx context.Context, c EnvConfig) (string, error) {
+	splits, err := c.remoteSplits()
+	if err != nil {
+		return "", err
+	}
+	cl, err := agentgym.New(agentgym.DefaultConfig(c.URL, c.Name))
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	index := splits["train"].At(0)
+	st, err := cl.Reset(ctx, envadapters.Task{Index: index})
+	if err != nil {
+		return "", err
+	}
+	if err := agentgym.CheckFlavor(c.Name, st.Observation); err != nil {
+		return "", err
+	}
+	goal := agentgym.GoalOf(st.Observation)
+	if c.GoalsFile != "" {
+		book, err := openGoalBook("", c.GoalsFile)
+		if err != nil {
+			return "", err
+		}
+		if err := book.check(index, st.Observation); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("task index %d answers as %s, goal %q as env.goals_file gives it", index, c.Name, goal), nil
+	}
+	return fmt.Sprintf("task index %d answers as %s (goal %q)", index, c.Name, goal), nil
 }

@@ -2,13 +2,18 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/envadapters/agentgym"
 )
 
 // goalServer is a remote env whose index → goal map can be changed under
@@ -84,5 +89,58 @@ func TestGoalBook(t *testing.T) {
 	os.WriteFile(given, []byte(`{"x": "torch"}`), 0o644)
 	if _, err := openGoalBook(path, given); err == nil || !strings.Contains(err.Error(), `"x"`) {
 		t.Fatalf("a bad key: %v", err)
+	}
+}
+
+// fakeFlavorServer answers AgentGym's create/reset/close with obs(index).
+func fakeFlavorServer(t *testing.T, obs func(int) string) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		json.NewDecoder(r.Body).Decode(&body)
+		idx, _ := body["data_idx"].(float64)
+		switch r.URL.Path {
+		case "/create", "/reset":
+			json.NewEncoder(w).Encode(map[string]any{"id": 0, "observation": obs(int(idx)), "done": false, "reward": 0})
+		default:
+			json.NewEncoder(w).Encode(map[string]any{"observation": "", "done": false, "reward": 0})
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestProbeRemoteEnv: config check --probe resets one env and tells a
+// TextCraft server from a BabyAI one, and holds the server to
+// env.goals_file; a flavor with no recorded observations is a warning.
+func TestProbeRemoteEnv(t *testing.T) {
+	splits := map[string]agentgym.Range{"train": {Start: 5, Count: 10}, "eval_seen": {Start: 100, Count: 10}, "eval_unseen": {}}
+	textcraft := fakeFlavorServer(t, func(i int) string {
+		return fmt.Sprintf("Crafting commands:\ncraft 4 stick using 2 planks\n\nGoal: craft item %d.", i)
+	})
+	babyai := fakeFlavorServer(t, func(int) string { return "Your goal: go to the red ball\nIn front of you in this room, you can see several objects." })
+	c := agentgymConfig(agentgym.TextCraft, splits).Env
+	c.URL = textcraft.URL
+	detail, err := ProbeRemoteEnv(context.Background(), c)
+	if err != nil || !strings.Contains(detail, "task index 5") || !strings.Contains(detail, `"item 5"`) {
+		t.Fatalf("textcraft at a textcraft server: %q, %v", detail, err)
+	}
+	c.URL = babyai.URL
+	if _, err := ProbeRemoteEnv(context.Background(), c); err == nil || !strings.Contains(err.Error(), "Crafting commands:") || errors.Is(err, agentgym.ErrNoFlavorMarks) {
+		t.Fatalf("textcraft at a babyai server: %v", err)
+	}
+	c.URL = textcraft.URL
+	c.GoalsFile = filepath.Join(t.TempDir(), "goals.json")
+	os.WriteFile(c.GoalsFile, []byte(`{"5": "item 5"}`), 0o644)
+	if detail, err := ProbeRemoteEnv(context.Background(), c); err != nil || !strings.Contains(detail, "env.goals_file") {
+		t.Fatalf("goals file that agrees: %q, %v", detail, err)
+	}
+	os.WriteFile(c.GoalsFile, []byte(`{"5": "torch"}`), 0o644)
+	if _, err := ProbeRemoteEnv(context.Background(), c); err == nil || !strings.Contains(err.Error(), `"torch"`) {
+		t.Fatalf("goals file that disagrees: %v", err)
+	}
+	b := agentgymConfig(agentgym.BabyAI, splits).Env
+	b.URL = babyai.URL
+	if _, err := ProbeRemoteEnv(context.Background(), b); !errors.Is(err, agentgym.ErrNoFlavorMarks) {
+		t.Fatalf("babyai: %v", err)
 	}
 }

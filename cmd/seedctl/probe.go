@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/seedctl/seedctl/envadapters/agentgym"
 	"github.com/seedctl/seedctl/inference"
 	"github.com/seedctl/seedctl/orchestrator"
 )
@@ -85,12 +87,25 @@ func probeConfig(ctx context.Context, w io.Writer, file string, cfg orchestrator
 		}
 	}
 	if cfg.Env.Kind == "agentgym" {
-		report("env", reachable(ctx, cfg.Env.URL))
+		c := reachable(ctx, cfg.Env.URL)
+		report("env", c)
+		if c.Err == nil {
+			report("env", flavorCheck(ctx, cfg.Env))
+		}
 	}
 	if u := cfg.Env.Options["retriever_url"]; u != "" {
 		report("retriever", reachable(ctx, u))
 	}
 	return failed
+}
+
+// flavorCheck resets one env of an AgentGym server and checks that it
+// answers as the configured flavor (and goal, with env.goals_file).
+func flavorCheck(ctx context.Context, env orchestrator.EnvConfig) inference.ProbeCheck {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	detail, err := orchestrator.ProbeRemoteEnv(ctx, env)
+	return inference.ProbeCheck{Name: "flavor", Detail: detail, Err: err, Warn: errors.Is(err, agentgym.ErrNoFlavorMarks)}
 }
 
 // reachable checks that an HTTP server answers at url (any status: env

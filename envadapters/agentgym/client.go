@@ -563,3 +563,34 @@ func (c *Client) Close() error {
 	}
 	return nil
 }
+
+// flavorMarks are phrases every first observation of a flavor's real
+// server holds (read off recorded exchanges: testdata/*_exchange.json,
+// testdata/recordings, testdata/textcraft_expert.json). BabyAI has no
+// recording here, so nothing is required of it.
+var flavorMarks = map[string][]string{
+	ALFWorld:  {"Your task is to:", "Looking quickly around you"},
+	SciWorld:  {"This room is called the"},
+	WebShop:   {"Instruction:"},
+	TextCraft: {"Crafting commands:", "Goal: craft "},
+}
+
+// ErrNoFlavorMarks: seedctl holds no recording of the flavor to tell its
+// observations by.
+var ErrNoFlavorMarks = errors.New("no recorded observation of this flavor to check against")
+
+// CheckFlavor says whether a first observation is what flavor's real
+// server answers a reset with: a config pointed at another flavor's server
+// (a TextCraft config at a BabyAI server) is caught before a run.
+func CheckFlavor(flavor, firstObs string) error {
+	marks, ok := flavorMarks[flavor]
+	if !ok {
+		return fmt.Errorf("agentgym %s: %w", flavor, ErrNoFlavorMarks)
+	}
+	for _, m := range marks {
+		if !strings.Contains(firstObs, m) {
+			return fmt.Errorf("agentgym %s: the first observation lacks %q, which every %s reset states: is the server %s's? It answered: %q", flavor, m, flavor, flavor, truncate([]byte(firstObs)))
+		}
+	}
+	return nil
+}

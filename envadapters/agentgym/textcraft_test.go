@@ -77,6 +77,12 @@ func TestTextCraftExpert(t *testing.T) {
 			t.Fatalf("index %d recorded twice (%q)", ep.Index, g)
 		}
 		goals[ep.Index] = ep.Goal
+		if err := CheckFlavor(TextCraft, ep.First); err != nil {
+			t.Fatalf("index %d: %v", ep.Index, err)
+		}
+		if CheckFlavor(ALFWorld, ep.First) == nil || CheckFlavor(SciWorld, ep.First) == nil {
+			t.Fatalf("index %d: a TextCraft observation passes as another flavor's", ep.Index)
+		}
 		for _, withTags := range []bool{false, true} {
 			play, tags := ep.Plain, TextCraftTags(nil)
 			if withTags {
