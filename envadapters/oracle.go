@@ -4,16 +4,20 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"sync"
 )
 
 // Episode is what an oracle reads of a finished episode: the text the
 // agent saw and did, never hidden environment state.
 type Episode struct {
-	ID    string // the trajectory's id (wording varies by it: Pick)
-	Task  Task
-	Steps []EpisodeStep
-	Won   bool
-	Score float64
+	ID   string // the trajectory's id (wording varies by it: Pick)
+	Task Task
+	// FirstObservation is what the reset showed (a remote task's goal and
+	// its data, such as TextCraft's crafting commands, are only there).
+	FirstObservation string
+	Steps            []EpisodeStep
+	Won              bool
+	Score            float64
 }
 
 // EpisodeStep is one step of an Episode.
@@ -36,6 +40,36 @@ type Hindsight struct {
 // are the critical steps to advise on, at most k of them.
 type Oracle interface {
 	Hindsight(ep Episode, candidates []int, k int) Hindsight
+}
+
+var (
+	oracleMu sync.RWMutex
+	oracles  = map[string]Oracle{}
+)
+
+// RegisterOracle adds the oracle of an environment that is not a built-in
+// (an AgentGym flavor whose episodes seedctl can read); its package calls
+// it from init.
+func RegisterOracle(env string, o Oracle) {
+	oracleMu.Lock()
+	defer oracleMu.Unlock()
+	if _, dup := oracles[env]; dup {
+		panic("envadapters: duplicate oracle " + env)
+	}
+	oracles[env] = o
+}
+
+// OracleFor is env's oracle: a built-in's own (Oracle), else a registered
+// one; ok is false when there is none.
+func OracleFor(env string) (Oracle, bool) {
+	if b, err := Lookup(env); err == nil {
+		o, ok := b.(Oracle)
+		return o, ok
+	}
+	oracleMu.RLock()
+	defer oracleMu.RUnlock()
+	o, ok := oracles[env]
+	return o, ok
 }
 
 // Pick chooses one of options deterministically per episode id and

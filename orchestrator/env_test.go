@@ -109,6 +109,13 @@ func TestConfigCheckAndRunAgreeOnAgentGym(t *testing.T) {
 	if _, err := env.Tasks.Tasks(envadapters.EvalSeen, 4); err == nil {
 		t.Error("4 tasks of a 3-index split were handed out")
 	}
+	// TextCraft has an oracle (agentgym.TextCraftOracle): SEED's stage 1
+	// may use it; ALFWorld's server has none.
+	seedTC := agentgymConfig(agentgym.TextCraft, map[string]agentgym.Range{"train": r(0, 400), "eval_seen": r(400, 100), "eval_unseen": r(500, 0)})
+	seedTC.Algo = AlgoSEED
+	if err := seedTC.Validate(); err != nil {
+		t.Errorf("seed with the oracle analyzer on agentgym textcraft: %v", err)
+	}
 	// Only config check knows the step limit a remote env needs.
 	c := agentgymConfig(agentgym.ALFWorld, nil)
 	c.Env.MaxSteps = 0

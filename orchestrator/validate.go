@@ -472,8 +472,12 @@ func (c Config) crossRules() []rule {
 			})
 		}},
 		{key: "stage1.analyzer.kind", id: "oracle", check: func() error {
-			return when(c.Stage1.Analyzer.Kind == "oracle" && c.Env.Kind != "builtin" && c.UsesStage1Analyzer(), func() error {
-				return errors.New("config: stage1.analyzer.kind \"oracle\": the oracle analyzer only knows the built-in environments; use an external analyzer")
+			if _, err := envadapters.Lookup(c.Env.Name); err != nil && c.Env.Kind != "agentgym" {
+				return nil // env.name's rule says it
+			}
+			_, known := envadapters.OracleFor(c.Env.Name)
+			return when(c.Stage1.Analyzer.Kind == "oracle" && !known && c.UsesStage1Analyzer(), func() error {
+				return fmt.Errorf("config: stage1.analyzer.kind \"oracle\": there is no oracle for env %s (the built-ins and agentgym textcraft have one); use an external analyzer", c.Env.Name)
 			})
 		}},
 		{key: "rl.server_old_logp", check: func() error {

@@ -29,12 +29,11 @@ func (a *OracleAnalyzer) Analyze(ctx context.Context, reqs []Request) ([]Record,
 }
 
 func oracleSkill(t *rollout.Trajectory, candidates []int, k int) *Skill {
-	b, err := envadapters.Lookup(t.Task.Env)
-	o, ok := b.(envadapters.Oracle)
-	if err != nil || !ok {
+	o, ok := envadapters.OracleFor(t.Task.Env)
+	if !ok {
 		return &Skill{EpisodeSummary: "No recipe for this environment.", StepSkills: map[int]string{}}
 	}
-	ep := envadapters.Episode{ID: t.ID, Task: t.Task, Won: t.Won, Score: t.Score}
+	ep := envadapters.Episode{ID: t.ID, Task: t.Task, FirstObservation: t.FirstObservation, Won: t.Won, Score: t.Score}
 	for _, st := range t.Steps {
 		ep.Steps = append(ep.Steps, envadapters.EpisodeStep{Action: st.Action, Observation: st.Observation, Valid: st.Valid})
 	}

@@ -246,3 +246,58 @@ func TestDamagedRunsAreRefused(t *testing.T) {
 		t.Errorf("the restored folder: %v", err)
 	}
 }
+
+// env play --expert on an AgentGym TextCraft server: the planner plays
+// from the first observation (answers recorded from the real server for
+// goal 250).
+func TestEnvPlayTextCraftExpert(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "envadapters", "agentgym", "testdata", "textcraft_expert.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		Episodes []struct {
+			Index  int    `json:"index"`
+			First  string `json:"first_observation"`
+			Tagged struct {
+				Steps []struct {
+					Action, Observation string
+					Won                 bool
+				} `json:"steps"`
+			} `json:"tagged"`
+		} `json:"episodes"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	ep := rec.Episodes[250]
+	answers := map[string]map[string]any{}
+	for _, s := range ep.Tagged.Steps {
+		r := 0
+		if s.Won {
+			r = 1
+		}
+		answers[s.Action] = map[string]any{"observation": s.Observation, "reward": r, "done": s.Won}
+	}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		json.NewDecoder(r.Body).Decode(&body)
+		switch r.URL.Path {
+		case "/create", "/reset":
+			json.NewEncoder(w).Encode(map[string]any{"id": 0, "observation": ep.First, "done": false, "reward": 0})
+		case "/step":
+			a, ok := answers[fmt.Sprint(body["action"])]
+			if !ok {
+				a = map[string]any{"observation": "Could not execute " + fmt.Sprint(body["action"]), "reward": 0, "done": false}
+			}
+			json.NewEncoder(w).Encode(a)
+		default:
+			json.NewEncoder(w).Encode(map[string]any{})
+		}
+	}))
+	defer hs.Close()
+	out, err := runApp(t, "env", "play", "--env", "textcraft", "--agentgym-url", hs.URL, "--splits", "train=250:1,eval_seen=300:1,eval_unseen=400:0", "--max-steps", "20", "--expert")
+	if err != nil || !strings.Contains(out, "Episode over: solved") || strings.Contains(out, "Could not") {
+		t.Fatalf("env play --expert on textcraft: %v\n%s", err, out)
+	}
+}

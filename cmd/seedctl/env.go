@@ -165,11 +165,12 @@ func envOptions(c *cli.Context) (envadapters.Options, error) {
 }
 
 // playEnv runs one episode with a person (or the expert) at the keyboard.
-// A remote env (builtin nil) has no expert; maxSteps ends the episode
-// there (its server never does).
+// A remote env (builtin nil) has an expert only for TextCraft (the planner
+// over its first observation); maxSteps ends the episode there (its server
+// never does).
 func playEnv(ctx context.Context, in io.Reader, out io.Writer, b envSource, builtin envadapters.Builtin, splitName string, index int, opts envadapters.Options, expert bool, maxSteps int) error {
 	name := b.Name()
-	if expert && builtin == nil {
+	if expert && builtin == nil && name != agentgym.TextCraft {
 		return cli.Exit("env play: --expert: "+name+" is not a built-in, so it has no scripted expert", 2)
 	}
 	split, err := envadapters.ParseSplit(splitName)
@@ -195,9 +196,14 @@ func playEnv(ctx context.Context, in io.Reader, out io.Writer, b envSource, buil
 	}
 	fmt.Fprintf(out, "[%s, family %s, difficulty %d]\n\n%s\n", task.ID, task.Family, task.Difficulty, st.Observation)
 	var x envadapters.Expert
-	if expert {
+	switch {
+	case expert && builtin != nil:
 		if x, err = builtin.Expert(env); err != nil {
 			return cli.Exit("env play: "+err.Error(), 1)
+		}
+	case expert:
+		if x, err = agentgym.NewTextCraftExpert(st.Observation, nil); err != nil {
+			return cli.Exit("env play: expert: "+err.Error(), 1)
 		}
 	}
 	sc := bufio.NewScanner(in)

@@ -3,12 +3,16 @@ package agentgym
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/seedctl/seedctl/envadapters"
 )
 
 var updateRecordings = flag.Bool("update", false, "rewrite testdata recordings (live tests only)")
@@ -177,3 +181,83 @@ func TestTextCraftGoalsFile(t *testing.T) {
 		}
 	}
 }
+
+// TestTextCraftOracle: on the real server's recorded episodes, a win's
+// skill is the workflow that won (its actions, repeats counted, replay to
+// the episode's accepted actions); a loss's names its first refused action
+// and what to write instead; step advice stays within the candidates and k,
+// refused steps first. The oracle is registered for the flavor.
+func TestTextCraftOracle(t *testing.T) {
+	rec := readTextCraftRecording(t)
+	o, ok := envadapters.OracleFor(TextCraft)
+	if !ok {
+		t.Fatal("no oracle registered for textcraft")
+	}
+	repeat := regexp.MustCompile(`^(.*) \((\d+) times\)$`)
+	wins, losses := 0, 0
+	for _, e := range rec.Episodes {
+		for _, play := range []textcraftPlay{e.Plain, e.Tagged} {
+			ep := envadapters.Episode{ID: fmt.Sprint("tc/", e.Index), Task: envadapters.Task{Env: TextCraft, Index: e.Index}, FirstObservation: e.First, Won: play.Won}
+			var cands []int
+			firstBad := -1
+			for i, s := range play.Steps {
+				bad := strings.HasPrefix(s.Observation, "Could not")
+				ep.Steps = append(ep.Steps, envadapters.EpisodeStep{Action: s.Action, Observation: s.Observation, Valid: !bad})
+				cands = append(cands, i)
+				if bad && firstBad < 0 {
+					firstBad = i
+				}
+			}
+			if len(ep.Steps) == 0 {
+				continue
+			}
+			h := o.Hindsight(ep, cands, 3)
+			if h.EpisodeSkill == "" || h.Summary == "" {
+				t.Fatalf("index %d: empty hindsight %+v", e.Index, h)
+			}
+			if len(h.StepSkills) > 3 {
+				t.Fatalf("index %d: %d step skills for k 3", e.Index, len(h.StepSkills))
+			}
+			if firstBad >= 0 {
+				if _, ok := h.StepSkills[firstBad]; !ok {
+					t.Fatalf("index %d: the first refused step %d has no advice: %v", e.Index, firstBad, h.StepSkills)
+				}
+			}
+			switch {
+			case play.Won:
+				wins++
+				_, flow, _ := strings.Cut(h.EpisodeSkill, ": ")
+				var replay, accepted []string
+				for _, part := range strings.Split(strings.TrimSuffix(flow, "."), "; ") {
+					n := 1
+					if m := repeat.FindStringSubmatch(part); m != nil {
+						part, n = m[1], atoi(m[2])
+					}
+					for range n {
+						replay = append(replay, part)
+					}
+				}
+				for _, s := range ep.Steps {
+					if s.Valid && s.Action != "inventory" {
+						accepted = append(accepted, s.Action)
+					}
+				}
+				if !slices.Equal(replay, accepted) {
+					t.Fatalf("index %d: workflow %q does not replay to %q", e.Index, h.EpisodeSkill, accepted)
+				}
+			case firstBad >= 0:
+				losses++
+				a, obs := ep.Steps[firstBad].Action, ep.Steps[firstBad].Observation
+				item := strings.TrimPrefix(obs, "Could not find ")
+				if !strings.Contains(h.EpisodeSkill, a) && !strings.Contains(h.EpisodeSkill, item) {
+					t.Fatalf("index %d: loss skill %q names neither %q nor %q", e.Index, h.EpisodeSkill, a, item)
+				}
+			}
+		}
+	}
+	if wins < 1000 || losses < 30 {
+		t.Errorf("%d wins and %d losses with a refusal read", wins, losses)
+	}
+}
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
