@@ -117,7 +117,9 @@ func TestProbeRemoteEnv(t *testing.T) {
 	textcraft := fakeFlavorServer(t, func(i int) string {
 		return fmt.Sprintf("Crafting commands:\ncraft 4 stick using 2 planks\n\nGoal: craft item %d.", i)
 	})
-	babyai := fakeFlavorServer(t, func(int) string { return "Your goal: go to the red ball\nIn front of you in this room, you can see several objects." })
+	babyai := fakeFlavorServer(t, func(int) string {
+		return "Your goal: go to the red ball\nIn front of you in this room, you can see several objects."
+	})
 	c := agentgymConfig(agentgym.TextCraft, splits).Env
 	c.URL = textcraft.URL
 	detail, err := ProbeRemoteEnv(context.Background(), c)
