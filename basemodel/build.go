@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/envadapters/agentgym"
 	"github.com/seedctl/seedctl/internal/ckpthash"
 	"github.com/seedctl/seedctl/rollout"
 	"github.com/seedctl/seedctl/tokenizer"
@@ -66,6 +67,13 @@ type Recipe struct {
 	// measured on (0: 40; negative: none). It does not change the model,
 	// so it is not part of the cache key.
 	HeldOutEpisodes int `json:"-"`
+	// Source, when set, is the environment the corpus is played in, in
+	// place of the built-in named Env (agentgym.TextCraftSource: a running
+	// TextCraft server).
+	Source envadapters.Builtin `json:"-"`
+	// SourceInfo says what Source is (the server, its splits, the expert's
+	// data), kept in recipe.json and the recipe's key.
+	SourceInfo string `json:"source,omitempty"`
 }
 
 // DefaultRecipe is the measured default for env and size ("tiny" or "small").
@@ -107,6 +115,13 @@ func DefaultRecipe(env, size string) (Recipe, error) {
 		r.Corpus.Episodes = 800
 	default:
 		return Recipe{}, fmt.Errorf("base model size %q: want tiny or small", size)
+	}
+	if env == agentgym.TextCraft {
+		// The environment is a server the caller names (Recipe.Source).
+		// TextCraft's items are not the household's places: no entity
+		// tokens. 30 steps hold every plan but two of the 544.
+		r.EntityTokens = false
+		return r, nil
 	}
 	if _, err := envadapters.Lookup(env); err != nil {
 		return Recipe{}, err
@@ -278,9 +293,12 @@ type prepared struct {
 // prepare generates r's corpus and encodes it, training the tokenizer
 // unless one is given (a refined model keeps its base's).
 func prepare(ctx context.Context, r Recipe, tok *tokenizer.Tokenizer, tcfg *tokenizer.Config, log zerolog.Logger, progress Progress) (*prepared, error) {
-	b, err := envadapters.Lookup(r.Env)
-	if err != nil {
-		return nil, err
+	b := r.Source
+	if b == nil {
+		var err error
+		if b, err = envadapters.Lookup(r.Env); err != nil {
+			return nil, err
+		}
 	}
 	start := time.Now()
 	tmpl, err := r.Template()

@@ -176,6 +176,8 @@ func stepHint(action string, r *rand.Rand) string {
 		}
 	case "use":
 		opts = []string{"Use " + rest + " now.", "Turn on " + rest + "."}
+	case "get", "craft": // TextCraft
+		opts = []string{strings.ToUpper(f[0][:1]) + f[0][1:] + " " + rest + " now.", "Next: " + action + "."}
 	}
 	if strings.HasPrefix(action, "search[") || strings.HasPrefix(action, "click[") || strings.HasPrefix(action, "<") {
 		opts = []string{"Do this next: " + action, "The right move now is " + action}

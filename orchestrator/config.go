@@ -862,7 +862,7 @@ func (c Config) EvalProtocol() string {
 	}
 	where := ""
 	if c.Env.Kind == "agentgym" {
-		if splits, err := c.Env.remoteSplits(); err == nil {
+		if splits, err := c.Env.RemoteSplits(); err == nil {
 			where = " (server indices: " + describeSplits(splits) + ")"
 		}
 	}

@@ -28,7 +28,7 @@ func OpenEnv(c EnvConfig) (Env, error) {
 		}
 		return Env{Name: b.Name(), Tasks: b, Factory: b}, nil
 	case "agentgym":
-		splits, err := c.remoteSplits()
+		splits, err := c.RemoteSplits()
 		if err != nil {
 			return Env{}, err
 		}
@@ -41,11 +41,11 @@ func OpenEnv(c EnvConfig) (Env, error) {
 	return Env{}, fmt.Errorf("env kind %q: want builtin or agentgym", c.Kind)
 }
 
-// remoteSplits resolves and checks an AgentGym env's index ranges: each
+// RemoteSplits resolves and checks an AgentGym env's index ranges: each
 // split's from env.splits, else the flavor's default; every range inside
 // the server's data; train disjoint from both eval splits. The errors
 // name the field and the fix.
-func (c EnvConfig) remoteSplits() (map[string]agentgym.Range, error) {
+func (c EnvConfig) RemoteSplits() (map[string]agentgym.Range, error) {
 	info, ok := agentgym.Flavors[c.Name]
 	if !ok {
 		return nil, fmt.Errorf("config: env.name %q: AgentGym flavors are alfworld, webshop, sciworld, textcraft and babyai", c.Name)
@@ -131,7 +131,7 @@ func (r remoteTasks) Tasks(s envadapters.Split, n int) ([]envadapters.Task, erro
 // the index. The error wraps agentgym.ErrNoFlavorMarks when the flavor
 // cannot be told by its observations.
 func ProbeRemoteEnv(ctx context.Context, c EnvConfig) (string, error) {
-	splits, err := c.remoteSplits()
+	splits, err := c.RemoteSplits()
 	if err != nil {
 		return "", err
 	}

@@ -188,7 +188,7 @@ func (e EnvConfig) rules() []rule {
 			if !agentgym {
 				return nil
 			}
-			_, err := e.remoteSplits()
+			_, err := e.RemoteSplits()
 			return err
 		}},
 	}

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/seedctl/seedctl/basemodel"
 	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/envadapters/agentgym"
 	"github.com/seedctl/seedctl/orchestrator"
 	"github.com/seedctl/seedctl/rollout"
 )
@@ -41,6 +46,41 @@ func stageProgress(w io.Writer) basemodel.Progress {
 	}
 }
 
+// textcraftSource is the running TextCraft server a run config's env
+// section names, with the item-type table of recipesDir ("" none).
+func textcraftSource(configPath, recipesDir string) (*agentgym.TextCraftSource, error) {
+	if configPath == "" {
+		return nil, errors.New("--env textcraft needs --env-config: a run config naming the TextCraft server (env.url) and its splits")
+	}
+	cfg, err := orchestrator.Load(configPath)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Env.Kind != "agentgym" || cfg.Env.Name != agentgym.TextCraft {
+		return nil, fmt.Errorf("--env-config %s: env is %s %s, not agentgym textcraft", configPath, cfg.Env.Kind, cfg.Env.Name)
+	}
+	splits, err := cfg.Env.RemoteSplits()
+	if err != nil {
+		return nil, err
+	}
+	src := agentgym.NewTextCraftSource(cfg.Env.URL, splits)
+	if recipesDir != "" {
+		if src.Tags, err = agentgym.ReadTextCraftTags(recipesDir); err != nil {
+			return nil, err
+		}
+	}
+	return src, nil
+}
+
+// describeRanges is a split map as one line.
+func describeRanges(splits map[string]agentgym.Range) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(splits)) {
+		parts = append(parts, k+" "+splits[k].String())
+	}
+	return strings.Join(parts, ", ")
+}
+
 func bootstrapCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bootstrap",
@@ -64,6 +104,8 @@ func bootstrapCommand() *cli.Command {
 			&cli.Float64Flag{Name: "search-follow", Usage: "with --places-line few or all: the share of the demonstrations' search steps that go to the first place the line names (the rest: a random place it names)"},
 			&cli.StringFlag{Name: "places-line", Usage: "override the household prompt's places line: next (the next place not searched and a count), few (the next three and a count) or all (every place not searched); with few or all, demonstrations pick among the places named (see --search-follow)"},
 			&cli.BoolFlag{Name: "rebuild", Usage: "build even when a cached model exists"},
+			&cli.StringFlag{Name: "env-config", Usage: "with --env textcraft: a run config whose env section names the running TextCraft server and its splits (the corpus plays its first training goals)"},
+			&cli.StringFlag{Name: "textcraft-recipes", Usage: "with --env textcraft: AgentGym's agentenv_textcraft/recipes folder; the expert reads the server's item-type table from it (without it, types are read off item names: 478 of 544 goals)"},
 			&cli.IntFlag{Name: "grade-episodes", Value: 200, Usage: "after building, measure the model on this many tasks of each eval split (greedy, plain and, on eval_seen, with oracle skills) and print it beside the committed base (0: not; household only)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -121,6 +163,16 @@ func bootstrapCommand() *cli.Command {
 				}
 				r.DAgger.Rounds = n
 			}
+			var tc *agentgym.TextCraftSource
+			if r.Env == agentgym.TextCraft {
+				if tc, err = textcraftSource(c.String("env-config"), c.String("textcraft-recipes")); err != nil {
+					return cli.Exit("model bootstrap: "+err.Error(), 2)
+				}
+				r.Source = tc
+				r.SourceInfo = fmt.Sprintf("agentgym textcraft at %s, splits from %s (%s), item-type table: %v", tc.URL, c.String("env-config"), describeRanges(tc.Splits), tc.Tags != nil)
+			} else if c.IsSet("env-config") || c.IsSet("textcraft-recipes") {
+				return cli.Exit("model bootstrap: --env-config and --textcraft-recipes go with --env textcraft", 2)
+			}
 			if err := r.Corpus.Validate(); err != nil {
 				return cli.Exit("model bootstrap: "+err.Error(), 2)
 			}
@@ -158,6 +210,15 @@ func bootstrapCommand() *cli.Command {
 				verb = "built"
 			}
 			fmt.Fprintf(c.App.Writer, "%s %s base model %s at %s in %s (weights sha256 %s)\n", verb, r.Env, basemodel.BaseName(r.Env, r.Size, hash), dir, time.Since(start).Round(time.Second), hash)
+			if tc != nil && built && tc.Tags != nil {
+				// Which demonstrations the server's item-type table made.
+				needed := tc.NeededTags()
+				b, _ := json.MarshalIndent(needed, "", " ")
+				if err := os.WriteFile(filepath.Join(dir, "textcraft_tags_needed.json"), append(b, '\n'), 0o644); err != nil {
+					return cli.Exit("model bootstrap: "+err.Error(), 1)
+				}
+				fmt.Fprintf(c.App.Writer, "%d of the corpus's goals needed the item-type table (%s)\n", len(needed), filepath.Join(dir, "textcraft_tags_needed.json"))
+			}
 			if n := c.Int("grade-episodes"); n > 0 && r.Env == orchestrator.Default().Env.Name {
 				f, err := gradeBase(c, dir, n)
 				if err != nil {

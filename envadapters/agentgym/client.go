@@ -263,10 +263,11 @@ var ErrEnvServer = errors.New("environment server error")
 
 // Client is an Env backed by a remote AgentGym server.
 type Client struct {
-	cfg  Config
-	hc   *http.Client
-	id   *int
-	last envadapters.Step
+	cfg   Config
+	hc    *http.Client
+	id    *int
+	last  envadapters.Step
+	first string // the last reset's observation
 }
 
 // New returns a client; the server-side environment is created on Reset.
@@ -448,9 +449,12 @@ func (c *Client) Reset(ctx context.Context, task envadapters.Task) (envadapters.
 	if c.cfg.Flavor == WebShop {
 		st.Admissible = c.webshopActions(ctx)
 	}
-	c.last = st
+	c.last, c.first = st, st.Observation
 	return st, nil
 }
+
+// FirstObservation is what the last reset showed ("" before one).
+func (c *Client) FirstObservation() string { return c.first }
 
 // observation reads GET /observation: a bare string (WebShop's server) or
 // {"observation": ...}.

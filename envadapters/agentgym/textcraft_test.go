@@ -1,15 +1,19 @@
 package agentgym
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/seedctl/seedctl/envadapters"
@@ -261,3 +265,108 @@ func TestTextCraftOracle(t *testing.T) {
 }
 
 func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+// recordedTextCraftServer answers resets with the recorded first
+// observations and steps with the recorded answers of the tagged plays.
+func recordedTextCraftServer(t *testing.T, rec textcraftRecording) *httptest.Server {
+	t.Helper()
+	var mu sync.Mutex
+	cur := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		defer mu.Unlock()
+		switch r.URL.Path {
+		case "/create":
+			json.NewEncoder(w).Encode(map[string]any{"id": 0, "observation": rec.Episodes[0].First, "done": false, "reward": 0})
+		case "/reset":
+			cur = int(body["data_idx"].(float64))
+			json.NewEncoder(w).Encode(map[string]any{"id": 0, "observation": rec.Episodes[cur].First, "done": false, "reward": 0})
+		case "/step":
+			for _, s := range rec.Episodes[cur].Tagged.Steps {
+				if s.Action == body["action"] {
+					r := 0
+					if s.Won {
+						r = 1
+					}
+					json.NewEncoder(w).Encode(map[string]any{"observation": s.Observation, "reward": r, "done": s.Won})
+					return
+				}
+			}
+			json.NewEncoder(w).Encode(map[string]any{"observation": "Could not execute " + fmt.Sprint(body["action"]), "reward": 0, "done": false})
+		default:
+			json.NewEncoder(w).Encode(map[string]any{})
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestTextCraftSource: the server as a built-in — tasks from the splits
+// (listed indices too), the planner as its expert (winning with the
+// item-type table, and noting the goals whose plan the table changed),
+// episodes ended at max_steps.
+func TestTextCraftSource(t *testing.T) {
+	rec := readTextCraftRecording(t)
+	srv := recordedTextCraftServer(t, rec)
+	src := NewTextCraftSource(srv.URL, map[string]Range{"train": {Indices: []int{2, 250, 3}}, "eval_seen": {Start: 400, Count: 5}, "eval_unseen": {}})
+	src.Tags = rec.Tags
+	tasks, err := src.Tasks("train", 3)
+	if err != nil || tasks[0].Index != 2 || tasks[1].Index != 250 || tasks[1].ID != "textcraft/train/250" || src.SplitSize("eval_seen") != 5 {
+		t.Fatalf("tasks %+v, %v", tasks, err)
+	}
+	if _, err := src.Tasks("train", 4); err == nil {
+		t.Error("4 tasks of a 3-task split")
+	}
+	ctx := context.Background()
+	for _, task := range tasks {
+		env, err := src.New(envadapters.Options{"max_steps": "30"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := env.Reset(ctx, task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := src.Expert(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for !st.Done {
+			a, err := x.Act()
+			if err != nil {
+				t.Fatalf("%s: %v", task.ID, err)
+			}
+			if st, err = env.Step(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !st.Won {
+			t.Errorf("%s: the expert did not win", task.ID)
+		}
+		env.Close()
+	}
+	// Goals 2 and 3 are lost by names alone (the recording's plain plays).
+	needed := src.NeededTags()
+	for _, i := range []int{2, 3} {
+		if needed[i] != rec.Episodes[i].Goal {
+			t.Errorf("goal %d not noted as needing the item-type table: %v", i, needed)
+		}
+	}
+	if _, ok := needed[250]; ok && rec.Episodes[250].Plain.Won {
+		t.Errorf("goal 250 won by names alone but noted: %v", needed)
+	}
+	// The step limit ends an episode the server would not end.
+	env, _ := src.New(envadapters.Options{"max_steps": "2"})
+	env.Reset(ctx, tasks[1])
+	for k := 1; k <= 2; k++ {
+		st, _ := env.Step(ctx, "inventory")
+		if st.Done != (k == 2) {
+			t.Errorf("step %d of 2: done %v", k, st.Done)
+		}
+	}
+	if _, err := src.New(envadapters.Options{"colour": "red"}); err == nil {
+		t.Error("an unknown option was accepted")
+	}
+}
