@@ -56,7 +56,9 @@ func (s *TextCraftSource) Description() string {
 func (s *TextCraftSource) Families() []string { return []string{"craft"} }
 
 // SplitSize is the split's number of indices.
-func (s *TextCraftSource) SplitSize(split envadapters.Split) int { return s.Splits[string(split)].Len() }
+func (s *TextCraftSource) SplitSize(split envadapters.Split) int {
+	return s.Splits[string(split)].Len()
+}
 
 // Tasks are the split's first n indices.
 func (s *TextCraftSource) Tasks(split envadapters.Split, n int) ([]envadapters.Task, error) {
