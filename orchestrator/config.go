@@ -1009,7 +1009,14 @@ func (c Config) Recipe() []string {
 	}
 	add("advantage %s%s, normalisation %s%s, outcome %s%s", rl.Advantage, src(rl.Advantage == AdvStepRows, "public code"),
 		rl.AdvNorm, src(rl.AdvNorm == AdvNormStd || c.Env.Name == "webshop", "public code"), rl.Outcome, src(rl.Outcome == OutcomeSuccess, "public code"))
-	add("reward %g·outcome − %g per invalid step%s", rl.RewardScale, c.Rollout.InvalidPenalty, src(rl.RewardScale == 10 && c.Rollout.InvalidPenalty == 0.1, "public code"))
+	ref, hasRef := publicReference(c.Env.Name)
+	if hasRef {
+		add("reward %g·outcome − %g per invalid step%s", rl.RewardScale, c.Rollout.InvalidPenalty, src(rl.RewardScale == 10 && c.Rollout.InvalidPenalty == ref.invalidPenalty, ref.launcher))
+		add("%d tasks per iteration%s, window %d%s, at most %d steps%s", c.TasksPerIteration, src(c.TasksPerIteration == ref.tasksPerIteration, ref.launcher),
+			c.Rollout.Window, src(c.Rollout.Mode == rollout.ModeWindow && c.Rollout.Window == ref.window, ref.launcher), c.Env.MaxSteps, src(c.Env.MaxSteps == ref.maxSteps, ref.launcher))
+	} else {
+		add("reward %g·outcome − %g per invalid step%s", rl.RewardScale, c.Rollout.InvalidPenalty, src(rl.RewardScale == 10 && c.Rollout.InvalidPenalty == 0.1, "public code"))
+	}
 	if rl.RejectedCost != 0 {
 		add("advantage − %g on every step the environment rejected, after the normalisation (ours)", rl.RejectedCost)
 	}
@@ -1038,8 +1045,12 @@ func (c Config) Recipe() []string {
 		if rl.Shuffle {
 			order = "shuffled"
 		}
+		mbSrc := src(rl.MiniBatchRows == referenceMiniBatchRows(c.Env.Name), "public code")
+		if hasRef {
+			mbSrc = src(rl.MiniBatchRows == ref.miniBatchRows, ref.launcher)
+		}
 		add("%d rows per mini-batch%s, %s, one pass: up to %d updates per iteration (%d step rows at most)", rl.MiniBatchRows,
-			src(rl.MiniBatchRows == referenceMiniBatchRows(c.Env.Name), "public code"), order, (most+rl.MiniBatchRows-1)/rl.MiniBatchRows, most)
+			mbSrc, order, (most+rl.MiniBatchRows-1)/rl.MiniBatchRows, most)
 	} else {
 		add("%d mini-batches per iteration (a seeded interleaved split; not the reference's semantics)", rl.MiniBatches)
 	}
@@ -1048,10 +1059,17 @@ func (c Config) Recipe() []string {
 	} else {
 		add("loss terms averaged over the whole mini-batch's tokens (ours; verl averages per micro-batch)")
 	}
+	entSrc, klSrc := src(rl.EntropyCoef == 0.001, "public code"), src(rl.KLCoef == 0.01, "paper")
+	if hasRef {
+		entSrc, klSrc = src(rl.EntropyCoef == ref.entropyCoef, ref.launcher), src(rl.KLCoef == ref.klCoef, ref.launcher)
+	}
 	add("PPO clip ε %g%s, dual-clip c %g%s, entropy bonus %g%s", rl.ClipEps, src(rl.ClipEps == 0.2, "public code"),
-		rl.ClipRatioC, src(rl.ClipRatioC == 3, "public code"), rl.EntropyCoef, src(rl.EntropyCoef == 0.001, "public code"))
+		rl.ClipRatioC, src(rl.ClipRatioC == 3, "public code"), rl.EntropyCoef, entSrc)
+	if hasRef && rl.WarmupSteps == 0 {
+		add("no learning-rate warm-up (ours: %s warms up over the first 10%% of its trainer steps, lr_warmup_steps_ratio 0.1; seedctl's rl.warmup_steps counts mini-batches)", ref.launcher)
+	}
 	add("λ %g%s, β %g%s, KL %g%s (k3, each token's capped at %g%s), lr %g%s, weight decay %g%s, rows with zero advantage %s%s", rl.Lambda, src(rl.Lambda == 0.01, "paper"), rl.Beta, src(rl.Beta == 5, "paper"),
-		rl.KLCoef, src(rl.KLCoef == 0.01, "paper"), rl.KLClamp, src(rl.KLClamp == 10, "verl"), rl.LR, src(rl.LR == 1e-6, "paper"), rl.WeightDecay, src(rl.WeightDecay == 0.01, "public code"), map[string]string{"": "kept", DropZeroAdvantage: "dropped", DropNoSignal: "dropped unless distilled"}[rl.DropFlat], src(rl.DropFlat == "", "verl"))
+		rl.KLCoef, klSrc, rl.KLClamp, src(rl.KLClamp == 10, "verl"), rl.LR, src(rl.LR == 1e-6, "paper"), rl.WeightDecay, src(rl.WeightDecay == 0.01, "public code"), map[string]string{"": "kept", DropZeroAdvantage: "dropped", DropNoSignal: "dropped unless distilled"}[rl.DropFlat], src(rl.DropFlat == "", "verl"))
 	if c.Rollout.Prompt == rollout.PromptVerlAgent {
 		add("prompts: verl-agent's (task line, last %d observations and actions, \"Now it's your turn\", <think> then <action>) (public code)", c.Rollout.Window)
 	} else {
@@ -1063,7 +1081,7 @@ func (c Config) Recipe() []string {
 		add("skills in teacher contexts: one line after the task line, step advice before the action request (ours: what the tiny bases read)")
 	}
 	if c.SkillMode == string(skills.EpisodeOnly) {
-		add("skill mode %s (public code): the analysis asks for episode_summary and episode_skill alone, no critical steps, one JSON retry (also for a skill under %d words)", c.SkillMode, skills.MinSkillWords)
+		add("skill mode %s (public code): the analysis asks for episode_summary and episode_skill alone, no critical steps; one JSON retry, also for a skill under %d words (ours: the public launchers' policy_vllm analysis generates once, greedy, up to 4,096 tokens, and keeps any non-empty skill)", c.SkillMode, skills.MinSkillWords)
 	} else {
 		add("skill mode %s, critical steps %s%s (K %d)", c.SkillMode, c.CriticalSteps, src(c.CriticalSteps == CriticalLLM, "public code"), c.MaxStepSkills)
 	}
@@ -1076,11 +1094,22 @@ func (c Config) Recipe() []string {
 		if s1.MaxSteps > 0 {
 			steps = fmt.Sprint(s1.MaxSteps)
 		}
-		add("stage 1 collection: T=%g, window %d, at most %s steps%s", s1.Temperature, s1.Window, steps,
-			src(s1.Temperature == 0.4 && s1.Window == 5 && s1.MaxSteps == 30, "public SFT launchers"))
+		if hasRef {
+			add("stage 1 collection: T=%g, window %d, at most %s steps%s; %d trajectories%s, %g epochs%s, examples up to %d tokens%s", s1.Temperature, s1.Window, steps,
+				src(s1.Temperature == ref.stage1Temp && s1.Window == ref.stage1Window && s1.MaxSteps == ref.stage1MaxSteps, ref.sft),
+				c.Stage1.Episodes, src(c.Stage1.Episodes == ref.stage1Eps, ref.sft), c.Stage1.Epochs, src(c.Stage1.Epochs == ref.stage1Epochs, ref.sft),
+				c.Stage1.MaxLen, src(c.Stage1.MaxLen == ref.stage1MaxLen, ref.sft))
+		} else {
+			add("stage 1 collection: T=%g, window %d, at most %s steps%s", s1.Temperature, s1.Window, steps,
+				src(s1.Temperature == 0.4 && s1.Window == 5 && s1.MaxSteps == 30, "public SFT launchers"))
+		}
 	} else {
 		add("stage 1: none (algo %s)", c.Algo)
 	}
-	add("%s", c.EvalProtocol())
+	if hasRef {
+		add("%s%s", c.EvalProtocol(), src(c.Eval.Temperature == ref.evalTemp && c.Eval.Episodes == ref.evalEpisodes, ref.launcher+": T 0.4 sampled on its 512 validation questions"))
+	} else {
+		add("%s", c.EvalProtocol())
+	}
 	return lines
 }

@@ -254,9 +254,31 @@ func TestShippedConfigsCheck(t *testing.T) {
 	if strings.Count(out.String(), ": ok") != len(files) {
 		t.Errorf("output:\n%s", out.String())
 	}
-	for _, want := range []string{"advantage step_rows", "rows per mini-batch", "dual-clip c 3", "entropy bonus 0.001", "skill mode", "stage 1:", "targets", "eval protocol:"} {
+	for _, want := range []string{"advantage step_rows", "rows per mini-batch", "dual-clip c 3", "entropy bonus", "skill mode", "stage 1:", "targets", "eval protocol:"} {
 		if strings.Count(out.String(), want) != len(files) {
 			t.Errorf("config check prints %q %d times for %d configs:\n%s", want, strings.Count(out.String(), want), len(files), out.String())
+		}
+	}
+	// The Search-QA preset is the public search launcher's (search.sh and
+	// the search SFT scripts), and says so for each value; no "paper" or
+	// ALFWorld label is left on a value the launcher sets otherwise.
+	var sq bytes.Buffer
+	app = newApp()
+	app.Writer = &sq
+	if err := app.Run([]string{"seedctl", "config", "check", "../../configs/searchqa-qwen2.5-3b-sglang.json"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"reward 10·outcome − 0.01 per invalid step (public search.sh)", "128 tasks per iteration (public search.sh), window 4 (public search.sh), at most 4 steps (public search.sh)",
+		"512 rows per mini-batch (public search.sh)", "entropy bonus 0 (public search.sh)", "KL 0.001 (public search.sh)", "lr_warmup_steps_ratio 0.1",
+		"stage 1 collection: T=0.4, window 4, at most 4 steps (public search SFT scripts); 1440 trajectories (public search SFT scripts), 3 epochs (public search SFT scripts), examples up to 12288 tokens (public search SFT scripts)",
+		"sampled at T=0.4", "(public search.sh: T 0.4 sampled on its 512 validation questions)", "up to 4,096 tokens"} {
+		if !strings.Contains(sq.String(), want) {
+			t.Errorf("the Search-QA preset's check lacks %q:\n%s", want, sq.String())
+		}
+	}
+	for _, bad := range []string{"(paper), lr", "KL 0.001 (paper)", "entropy bonus 0 (ours)"} {
+		if strings.Contains(sq.String(), bad) {
+			t.Errorf("the Search-QA preset's check says %q", bad)
 		}
 	}
 	// Each preset states its recipe itself: nothing of the embedded

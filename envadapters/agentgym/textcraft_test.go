@@ -168,7 +168,7 @@ func TestParseTextCraft(t *testing.T) {
 // env.goals_file is the recorded server's.
 func TestTextCraftGoalsFile(t *testing.T) {
 	rec := readTextCraftRecording(t)
-	b, err := os.ReadFile(filepath.Join("..", "..", "configs", "textcraft-goals-agentgym-3ef9235.json"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "configs", "textcraft", "goals-agentgym-3ef9235.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
