@@ -6,6 +6,8 @@ package agentgym
 
 import (
 	"context"
+	cryptorand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -288,7 +290,7 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 	if body != nil {
 		payload, _ = json.Marshal(body)
 	}
-	raw, attempts, err := httpretry.Do(ctx, c.hc, httpretry.Request{Method: method, URL: url, Payload: payload, RetryFor: c.cfg.RetryFor})
+	raw, attempts, err := httpretry.Do(ctx, c.hc, httpretry.Request{Method: method, URL: url, Payload: payload, RetryFor: c.cfg.RetryFor, Header: clientKeyHeader})
 	if err != nil {
 		return fmt.Errorf("%s %s (%d attempts): %w: %w", method, url, attempts, ErrEnvServer, err)
 	}
@@ -453,6 +455,20 @@ func (c *Client) Reset(ctx context.Context, task envadapters.Task) (envadapters.
 	return st, nil
 }
 
+// ClientKeyHeader names the request header a client may send to be counted
+// apart from other clients at the same address by seedctl env serve's
+// per-client cap (AgentGym's own clients send none: they share their
+// address's budget).
+const ClientKeyHeader = "X-Client-Key"
+
+// clientKeyHeader is this process's key: every seedctl client of a server
+// counts as one client, apart from other programs on the same host.
+var clientKeyHeader = map[string]string{ClientKeyHeader: func() string {
+	var b [8]byte
+	cryptorand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}()}
+
 // FirstObservation is what the last reset showed ("" before one).
 func (c *Client) FirstObservation() string { return c.first }
 
@@ -555,7 +571,7 @@ func (c *Client) Close() error {
 	defer cancel()
 	url := c.cfg.BaseURL + "/close"
 	payload, _ := json.Marshal(map[string]any{c.idKey(): id})
-	raw, _, err := httpretry.Do(ctx, c.hc, httpretry.Request{Method: "POST", URL: url, Payload: payload, Once: true})
+	raw, _, err := httpretry.Do(ctx, c.hc, httpretry.Request{Method: "POST", URL: url, Payload: payload, Once: true, Header: clientKeyHeader})
 	if err != nil {
 		return fmt.Errorf("agentgym: closing env %d: POST %s: %w: %w", id, url, ErrEnvServer, err)
 	}

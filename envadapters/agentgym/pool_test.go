@@ -194,6 +194,34 @@ func TestServerEnvIDsCapsAndExpiry(t *testing.T) {
 	if _, e := create(); !strings.Contains(e, "per client") {
 		t.Errorf("a fourth env for one client: %q, want the per-client cap", e)
 	}
+	// Another program on the same host, with its own key, is not locked
+	// out by the first one's full budget; its own budget holds too.
+	keyed := func(key string) string {
+		req, _ := http.NewRequest("POST", hs.URL+"/create", strings.NewReader(`{}`))
+		req.Header.Set(ClientKeyHeader, key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v struct {
+			ID    *int   `json:"id"`
+			Error string `json:"error"`
+		}
+		json.NewDecoder(resp.Body).Decode(&v)
+		if v.ID != nil {
+			ids[*v.ID] = true
+		}
+		return v.Error
+	}
+	for i := 0; i < 3; i++ {
+		if e := keyed("trainer-b"); e != "" {
+			t.Fatalf("keyed create %d beside a full keyless budget: %s", i, e)
+		}
+	}
+	if e := keyed("trainer-b"); !strings.Contains(e, "per client") {
+		t.Errorf("a fourth env for the keyed client: %q, want the per-client cap", e)
+	}
 	// Idle envs are closed at the next create.
 	s.idleExpiry = time.Millisecond
 	time.Sleep(5 * time.Millisecond)
@@ -207,6 +235,32 @@ func TestServerEnvIDsCapsAndExpiry(t *testing.T) {
 		resp.Body.Close()
 		if e, _ := v["error"].(string); !strings.Contains(e, "no environment") {
 			t.Errorf("env %d after its idle expiry: %v", id, v)
+		}
+	}
+}
+
+// seedctl's client sends this process's key, so env serve counts it apart
+// from other programs at the same address.
+func TestClientSendsItsKey(t *testing.T) {
+	var keys []string
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		keys = append(keys, r.Header.Get(ClientKeyHeader))
+		json.NewEncoder(w).Encode(map[string]any{"id": 1, "observation": "Crafting commands:\n\nGoal: craft x.", "done": false, "reward": 0})
+	}))
+	defer hs.Close()
+	c, err := New(DefaultConfig(hs.URL, TextCraft))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Reset(context.Background(), envadapters.Task{Index: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) == 0 || keys[0] == "" || len(keys[0]) > 64 {
+		t.Fatalf("keys sent: %q", keys)
+	}
+	for _, k := range keys {
+		if k != keys[0] {
+			t.Errorf("one process sent two keys: %q", keys)
 		}
 	}
 }

@@ -252,12 +252,21 @@ func (s *Server) expireIdle(now time.Time) {
 	}
 }
 
-// clientHost is the request's client address without its port.
+// clientHost is the client an env is counted against: the request's
+// address without its port and, when the client sends one, its key
+// (ClientKeyHeader, at most 64 bytes): programs on one host (every one of
+// them at 127.0.0.1) are counted apart when they send keys, and one that
+// fills its own budget does not lock the others out. Clients without a
+// key share their address's budget.
 func clientHost(r *http.Request) string {
-	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		return h
+	h := r.RemoteAddr
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		h = host
 	}
-	return r.RemoteAddr
+	if k := r.Header.Get(ClientKeyHeader); k != "" && len(k) <= 64 {
+		h += " key " + k
+	}
+	return h
 }
 
 func (s *Server) reset(w http.ResponseWriter, r *http.Request) {

@@ -27,6 +27,8 @@ type Request struct {
 	// connection (a call whose failure is the server's answer, not an
 	// outage, such as closing an env the server no longer has).
 	Once bool
+	// Header holds extra request headers.
+	Header map[string]string
 }
 
 // Do sends r with hc and returns the 200 answer's body and how many attempts
@@ -51,6 +53,9 @@ func Do(ctx context.Context, hc *http.Client, r Request) ([]byte, int, error) {
 			return backoff.Permanent(err)
 		}
 		req.Header.Set("Content-Type", "application/json")
+		for k, v := range r.Header {
+			req.Header.Set(k, v)
+		}
 		resp, err := hc.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
