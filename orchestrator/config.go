@@ -1106,9 +1106,14 @@ func (c Config) Recipe() []string {
 	} else {
 		add("stage 1: none (algo %s)", c.Algo)
 	}
-	if hasRef {
+	switch {
+	case hasRef:
 		add("%s%s", c.EvalProtocol(), src(c.Eval.Temperature == ref.evalTemp && c.Eval.Episodes == ref.evalEpisodes, ref.launcher+": T 0.4 sampled on its 512 validation questions"))
-	} else {
+	case c.Env.Name == "alfworld":
+		add("%s (ours; the public ALFWorld launcher evaluates every 5 iterations on 128 validation games sampled at T 0.4, _common/alfworld.sh)", c.EvalProtocol())
+	case c.Env.Name == "household":
+		add("%s (ours)", c.EvalProtocol())
+	default:
 		add("%s", c.EvalProtocol())
 	}
 	return lines
