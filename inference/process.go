@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -150,7 +151,19 @@ type tailBuffer struct {
 	// lastError is the last line that names an error (a Python
 	// traceback's cause is often above its last 40 lines).
 	lastError string
+	// exceptions are the first distinct Python exception lines
+	// ("ValueError: …"), in order: in a chain of tracebacks (vLLM's worker
+	// failing, then its engine) the first is the cause, the last only
+	// says that something failed.
+	exceptions []string
 }
+
+// maxExceptions is how many exception lines a tail keeps.
+const maxExceptions = 4
+
+// exceptionLine matches a Python exception line, "XError: message" or
+// "XException: message", also behind a log prefix.
+var exceptionLine = regexp.MustCompile(`\b[A-Z][A-Za-z]*(Error|Exception): \S`)
 
 func (t *tailBuffer) Write(b []byte) (int, error) {
 	t.mu.Lock()
@@ -162,6 +175,11 @@ func (t *tailBuffer) Write(b []byte) (int, error) {
 		t.lines = append(t.lines, l)
 		if looksLikeError(l) {
 			t.lastError = strings.TrimSpace(l)
+		}
+		if loc := exceptionLine.FindStringIndex(l); loc != nil && len(t.exceptions) < maxExceptions {
+			if e := strings.TrimSpace(l[loc[0]:]); !slices.Contains(t.exceptions, e) {
+				t.exceptions = append(t.exceptions, e)
+			}
 		}
 	}
 	if over := len(t.lines) - t.max; over > 0 {
@@ -183,13 +201,29 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	lines := t.lines
-	if t.lastError != "" && !slices.Contains(lines, t.lastError) {
-		lines = append([]string{"(error line above the tail) " + t.lastError, "…"}, lines...)
+	var above []string
+	for _, e := range t.exceptions {
+		shown := false
+		for _, l := range lines {
+			shown = shown || strings.Contains(l, e)
+		}
+		if !shown {
+			above = append(above, "(exception above the tail) "+e)
+		}
+	}
+	if t.lastError != "" && !slices.Contains(lines, t.lastError) && !slices.Contains(t.exceptions, t.lastError) {
+		above = append(above, "(error line above the tail) "+t.lastError)
+	}
+	if len(above) > 0 {
+		lines = append(append(above, "…"), lines...)
 	}
 	if t.partial != "" {
 		lines = append(append([]string(nil), lines...), t.partial)
 	}
-	if over := len(lines) - t.max; over > 0 {
+	if over := len(lines) - t.max - len(above) - 1; len(above) > 0 && over > 0 {
+		// Keep the lines from above; drop the tail's oldest.
+		lines = append(lines[:len(above)+1], lines[len(above)+1+over:]...)
+	} else if over := len(lines) - t.max; len(above) == 0 && over > 0 {
 		lines = lines[over:]
 	}
 	return strings.Join(lines, "\n")

@@ -94,3 +94,22 @@ func TestTailBuffer(t *testing.T) {
 		t.Errorf("tail %q", got)
 	}
 }
+
+// A chain of Python tracebacks (vLLM's worker, then its engine): the
+// tail shows the first exception, the cause, even when it scrolled out.
+func TestTailBufferKeepsTheCause(t *testing.T) {
+	tb := &tailBuffer{max: 3}
+	fmt.Fprint(tb, "(VllmWorker-0 pid=1) ERROR [multiproc_executor.py:953] Traceback (most recent call last):\n"+
+		"(VllmWorker-0 pid=1) ERROR [multiproc_executor.py:953] ValueError: Available memory on node 0 (18.99/23.54 GiB) is less than desired\n"+
+		"x\ny\nz\nRuntimeError: Engine core initialization failed. See root cause above.\n")
+	got := tb.String()
+	if !strings.Contains(got, "(exception above the tail) ValueError: Available memory on node 0") {
+		t.Errorf("the cause is not shown:\n%s", got)
+	}
+	if !strings.HasSuffix(got, "RuntimeError: Engine core initialization failed. See root cause above.") || !strings.Contains(got, "z\n") {
+		t.Errorf("the tail is not kept:\n%s", got)
+	}
+	if strings.Count(got, "RuntimeError") != 1 {
+		t.Errorf("an exception in the tail is repeated above it:\n%s", got)
+	}
+}
