@@ -299,7 +299,12 @@ func execute(ctx context.Context, cfg Config, deps Deps, dir runDir, st *State) 
 			}
 		}
 		ep := st.BaseEval
-		r.printf("base policy (%s): eval-seen success %.1f%%, eval-unseen %.1f%% (%d episodes each%s)%s\n", st.baseName(), 100*ep.Seen, 100*ep.Unseen, ep.Episodes, from, ep.sampledString())
+		seen, unseen := min(ep.Episodes, r.env.Tasks.SplitSize(envadapters.EvalSeen)), min(ep.Episodes, r.env.Tasks.SplitSize(envadapters.EvalUnseen))
+		count := fmt.Sprintf("%d episodes each", seen)
+		if seen != unseen {
+			count = fmt.Sprintf("%d and %d episodes", seen, unseen)
+		}
+		r.printf("base policy (%s): eval-seen success %.1f%%, eval-unseen %.1f%% (%s%s)%s\n", st.baseName(), 100*ep.Seen, 100*ep.Unseen, count, from, ep.sampledString())
 	}
 	if cfg.UsesSFT() && !st.Stage1Done {
 		if err := r.stage1(ctx); err != nil {
