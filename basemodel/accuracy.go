@@ -32,7 +32,7 @@ type Accuracy struct {
 // HeldOut generates n demonstration episodes on the training tasks that
 // follow the corpus of cfg (never eval tasks, never corpus tasks).
 func HeldOut(ctx context.Context, b envadapters.Builtin, cfg CorpusConfig, n int) ([]Episode, error) {
-	cfg.Offset, cfg.Episodes, cfg.AnalysisShare, cfg.Seed = cfg.Offset+cfg.Episodes, n, 0, cfg.Seed+1000
+	cfg.Offset, cfg.Episodes, cfg.AnalysisShare, cfg.Seed, cfg.Orders = cfg.Offset+cfg.Episodes, n, 0, cfg.Seed+1000, 1
 	return GenerateCorpus(ctx, b, cfg, nil)
 }
 

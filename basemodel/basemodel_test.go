@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -392,5 +393,38 @@ func TestGoesToListedPlace(t *testing.T) {
 	}
 	if goesToListedPlace(tmpl, "<action>go to fridge 1</action>", "no places line") {
 		t.Error("a turn without a places line accepted a go to")
+	}
+}
+
+// TestReorderedTextCraftDemo: a reordered copy lists the same commands in
+// another order in its first observation and in the step that shows it,
+// keeps the actions, and drops the skill-writing example; the original is
+// untouched.
+func TestReorderedTextCraftDemo(t *testing.T) {
+	first := "Crafting commands:\ncraft 4 oak planks using 1 oak logs\ncraft 1 loom using 2 planks, 2 string\ncraft 4 stick using 2 planks\ncraft 1 torch using 1 stick, 1 coal\n\nGoal: craft loom."
+	ep := Episode{FirstObs: first, AnalysisPrompt: "p", AnalysisAnswer: "a", Steps: []DemoStep{
+		{Obs: first, Action: "get 1 oak logs", After: "Got 1 oak logs"},
+		{Obs: "Got 1 oak logs", Action: "craft 4 oak planks using 1 oak logs", After: "Crafted 4 minecraft:oak_planks"},
+	}}
+	r := rand.New(rand.NewPCG(1, 2))
+	seen := map[string]bool{}
+	for range 6 {
+		c := reordered(ep, r)
+		seen[c.FirstObs] = true
+		if c.Steps[0].Obs != c.FirstObs || c.Steps[1].Obs != "Got 1 oak logs" || c.Steps[0].Action != ep.Steps[0].Action || c.AnalysisPrompt != "" {
+			t.Fatalf("copy %+v", c)
+		}
+		got, want := strings.Split(c.FirstObs, "\n"), strings.Split(first, "\n")
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("copy lists other lines:\n%s", c.FirstObs)
+		}
+	}
+	if len(seen) < 3 || ep.Steps[0].Obs != first || ep.AnalysisPrompt != "p" {
+		t.Errorf("%d distinct orders in 6 copies; original %+v", len(seen), ep)
+	}
+	if err := (CorpusConfig{Episodes: 1, MaxSteps: 1, Orders: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "orders") {
+		t.Errorf("negative orders: %v", err)
 	}
 }

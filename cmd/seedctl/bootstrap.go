@@ -105,6 +105,7 @@ func bootstrapCommand() *cli.Command {
 			&cli.StringFlag{Name: "places-line", Usage: "override the household prompt's places line: next (the next place not searched and a count), few (the next three and a count) or all (every place not searched); with few or all, demonstrations pick among the places named (see --search-follow)"},
 			&cli.BoolFlag{Name: "rebuild", Usage: "build even when a cached model exists"},
 			&cli.StringFlag{Name: "env-config", Usage: "with --env textcraft: a run config whose env section names the running TextCraft server and its splits (the corpus plays its first training goals)"},
+			&cli.IntFlag{Name: "orders", Usage: "with --env textcraft: record each demonstration this many times, its crafting commands in a fresh order each time after the first"},
 			&cli.StringFlag{Name: "textcraft-recipes", Usage: "with --env textcraft: AgentGym's agentenv_textcraft/recipes folder; the expert reads the server's item-type table from it (without it, types are read off item names: 478 of 544 goals)"},
 			&cli.IntFlag{Name: "grade-episodes", Value: 200, Usage: "after building, measure the model on this many tasks of each eval split (greedy, plain and, on eval_seen, with oracle skills) and print it beside the committed base (0: not; household only)"},
 		},
@@ -169,6 +170,9 @@ func bootstrapCommand() *cli.Command {
 					return cli.Exit("model bootstrap: "+err.Error(), 2)
 				}
 				r.Source = tc
+				if c.IsSet("orders") {
+					r.Corpus.Orders = c.Int("orders")
+				}
 				r.SourceInfo = fmt.Sprintf("agentgym textcraft at %s, splits from %s (%s), item-type table: %v", tc.URL, c.String("env-config"), describeRanges(tc.Splits), tc.Tags != nil)
 			} else if c.IsSet("env-config") || c.IsSet("textcraft-recipes") {
 				return cli.Exit("model bootstrap: --env-config and --textcraft-recipes go with --env textcraft", 2)

@@ -313,3 +313,25 @@ func GoalOf(obs string) string {
 	}
 	return ""
 }
+
+// ShuffleTextCraftCommands returns a TextCraft reset observation with its
+// crafting commands listed in the order perm gives (perm(n) is a
+// permutation of 0..n-1, such as math/rand's Perm), the rest unchanged:
+// the same task, listed differently. Demonstrations of one goal in several
+// orders leave copying from the list as the only rule that fits them all.
+// An observation that is not a TextCraft reset is returned unchanged.
+func ShuffleTextCraftCommands(obs string, perm func(n int) []int) string {
+	const head = "Crafting commands:\n"
+	i := strings.Index(obs, head)
+	j := strings.Index(obs, "\n\nGoal:")
+	if i < 0 || j < i+len(head) {
+		return obs
+	}
+	lines := strings.Split(obs[i+len(head):j], "\n")
+	p := perm(len(lines))
+	out := make([]string, len(lines))
+	for k, from := range p {
+		out[k] = lines[from]
+	}
+	return obs[:i+len(head)] + strings.Join(out, "\n") + obs[j:]
+}

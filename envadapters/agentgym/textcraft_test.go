@@ -370,3 +370,25 @@ func TestTextCraftSource(t *testing.T) {
 		t.Error("an unknown option was accepted")
 	}
 }
+
+// TestShuffleTextCraftCommands: the commands are permuted, nothing else
+// changes, and the task parses to the same recipes; other text is left
+// alone.
+func TestShuffleTextCraftCommands(t *testing.T) {
+	obs := "Crafting commands:\ncraft 4 oak planks using 1 oak logs\ncraft 1 loom using 2 planks, 2 string\ncraft 4 stick using 2 planks\n\nGoal: craft loom."
+	got := ShuffleTextCraftCommands(obs, func(n int) []int { return []int{2, 0, 1} })
+	want := "Crafting commands:\ncraft 4 stick using 2 planks\ncraft 4 oak planks using 1 oak logs\ncraft 1 loom using 2 planks, 2 string\n\nGoal: craft loom."
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+	a, _ := ParseTextCraft(obs)
+	b, _ := ParseTextCraft(got)
+	pa, _ := PlanTextCraft(a, nil)
+	pb, _ := PlanTextCraft(b, nil)
+	if a.Goal != b.Goal || len(a.Recipes) != len(b.Recipes) || !slices.Equal(pa, pb) {
+		t.Errorf("the reordered task plans differently: %q against %q", pb, pa)
+	}
+	if s := ShuffleTextCraftCommands("Got 1 oak logs", func(n int) []int { return nil }); s != "Got 1 oak logs" {
+		t.Errorf("a step observation was changed: %q", s)
+	}
+}
