@@ -358,6 +358,20 @@ func evalCommand() *cli.Command {
 			if builtin == nil {
 				source = src
 			}
+			if builtin == nil && c.String("env") == agentgym.TextCraft && c.String("hints") != "" {
+				// The oracle's hints need an expert run of each task: the
+				// TextCraft server as a built-in (the planner, by names).
+				splits, err := parseSplits(c.String("splits"))
+				if err != nil {
+					return cli.Exit("eval: "+err.Error(), 2)
+				}
+				ec := orchestrator.EnvConfig{Kind: "agentgym", Name: agentgym.TextCraft, URL: c.String("agentgym-url"), MaxSteps: c.Int("max-steps"), Splits: splits}
+				resolved, err := ec.RemoteSplits()
+				if err != nil {
+					return cli.Exit("eval: "+err.Error(), 2)
+				}
+				source = agentgym.NewTextCraftSource(ec.URL, resolved)
+			}
 			opts, err := evalEnvOptions(c)
 			if err != nil {
 				return cli.Exit("eval: "+err.Error(), 2)

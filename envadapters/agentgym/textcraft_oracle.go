@@ -1,7 +1,6 @@
 package agentgym
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -41,10 +40,12 @@ func NewTextCraftExpert(firstObs string, tags TextCraftTags) (*TextCraftExpert, 
 	return &TextCraftExpert{plan: plan}, nil
 }
 
-// Act is the plan's next action; past its end, an error.
+// Act is the plan's next action; past its end (a plan that did not craft
+// the goal: one read by names alone), "inventory", which changes nothing,
+// until the episode's step limit ends it.
 func (x *TextCraftExpert) Act() (string, error) {
 	if len(x.plan) == 0 {
-		return "", errors.New("textcraft expert: the plan is done and the goal is not crafted")
+		return "inventory", nil
 	}
 	a := x.plan[0]
 	x.plan = x.plan[1:]

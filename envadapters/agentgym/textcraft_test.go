@@ -157,6 +157,23 @@ func TestParseTextCraft(t *testing.T) {
 	if want := []string{"get 1 oak logs", "craft 4 oak planks using 1 oak logs", "get 2 string", "craft 1 loom using 2 oak planks, 2 string"}; !slices.Equal(plan, want) {
 		t.Errorf("plan %q, want %q", plan, want)
 	}
+	// The expert plays the plan, then only "inventory" (a plan by names
+	// that did not craft the goal ends at the step limit, not in an error).
+	x, err := NewTextCraftExpert(obs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range len(plan) + 2 {
+		a, err := x.Act()
+		if want := "inventory"; i < len(plan) {
+			want = plan[i]
+			if a != want || err != nil {
+				t.Fatalf("act %d: %q, %v; want %q", i, a, err, want)
+			}
+		} else if a != want || err != nil {
+			t.Fatalf("act %d past the plan: %q, %v", i, a, err)
+		}
+	}
 	for _, bad := range []string{"Crafting commands:\ncraft oak planks using 1 oak logs\n\nGoal: craft x.", "Crafting commands:\ncraft 1 x using y\n\nGoal: craft x.", "no goal here"} {
 		if _, err := ParseTextCraft(bad); err == nil {
 			t.Errorf("%q parsed", bad)
