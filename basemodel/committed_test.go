@@ -1,6 +1,7 @@
 package basemodel
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,5 +126,36 @@ func TestDefaultRecipeIsTheCommittedBases(t *testing.T) {
 	}
 	if have.Key() != want.Key() {
 		t.Errorf("the committed base was built by recipe %s, the default recipe is %s", have.Key(), want.Key())
+	}
+}
+
+// Every committed base folder (household's, TextCraft's) holds the weights
+// its base.json names, and its recipe.json names its environment.
+func TestCommittedFoldersMatchTheirHashes(t *testing.T) {
+	dirs, err := filepath.Glob(filepath.Join("committed", "*", "base.json"))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no committed bases: %v", err)
+	}
+	for _, f := range dirs {
+		dir := filepath.Dir(f)
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cb CommittedBase
+		if err := json.Unmarshal(b, &cb); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		hash, err := WeightsHash(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hash != cb.WeightsSHA256 || !strings.HasSuffix(cb.Name, hash[:12]) {
+			t.Errorf("%s: weights %s, base.json names %s (%s)", dir, hash, cb.WeightsSHA256, cb.Name)
+		}
+		r, ok := ReadRecipe(dir)
+		if !ok || !strings.HasPrefix(filepath.Base(dir), r.Env+"-") {
+			t.Errorf("%s: recipe for env %q", dir, r.Env)
+		}
 	}
 }
