@@ -7,14 +7,18 @@ For each seed s with finished runs grpo-def-sS and seed-def-sS in DIR (for
 seed 3 the SEED arm is ../2026-12-07-opd/teacher-s3, the default's own
 run of that seed): greedy and T = 1 eval_seen, base → final, the
 difference SEED − GRPO, and each run's mean iteration time (iteration_s in
-metrics.jsonl) with their ratio where the two ran side by side (the same
-seed's runs started together on the two lanes).
+metrics.jsonl) with their ratio where the two ran side by side (SIDE: the
+same seed's runs started together on the two lanes).
 """
 import json
 import math
 import os
 import statistics
 import sys
+
+# Seeds whose two runs started together on the two lanes (the others ran
+# beside other runs of the queue: their times are not a pair).
+SIDE = (1, 2)
 
 T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
 
@@ -58,13 +62,13 @@ def main():
     print("| seed | base | GRPO | SEED | SEED − GRPO | base T=1 | GRPO T=1 | SEED T=1 | SEED − GRPO T=1 | s/iteration GRPO, SEED (ratio) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for s, b, g, e, b1, g1, e1, gt, et in rows:
-        side = "" if s != 3 else " (not side by side)"
+        side = "" if s in SIDE else " (not side by side)"
         print(f"| {s} | {b:.1f} | {g:.1f} | {e:.1f} | {e - g:+.1f} | {b1:.1f} | {g1:.1f} | {e1:.1f} | {e1 - g1:+.1f} | {gt:.0f}, {et:.0f} ({et / gt:.2f}){side} |")
     if rows:
         print()
         print("SEED − GRPO greedy:", ci([r[3] - r[2] for r in rows]), "; at T = 1:", ci([r[6] - r[5] for r in rows]))
         print("gains over the base, greedy: GRPO", ci([r[2] - r[1] for r in rows]), ", SEED", ci([r[3] - r[1] for r in rows]))
-        side = [r[8] / r[7] for r in rows if r[0] != 3]
+        side = [r[8] / r[7] for r in rows if r[0] in SIDE]
         if side:
             print(f"iteration time SEED / GRPO, side by side: mean {statistics.mean(side):.2f} over {len(side)} seeds")
 
