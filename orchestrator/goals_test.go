@@ -110,29 +110,41 @@ func fakeFlavorServer(t *testing.T, obs func(int) string) *httptest.Server {
 }
 
 // TestProbeRemoteEnv: config check --probe resets one env and tells a
-// TextCraft server from a BabyAI one, and holds the server to
-// env.goals_file; a flavor with no recorded observations is a warning.
+// TextCraft server from another flavor's (SciWorld's), and holds the
+// server to env.goals_file; a flavor with no recorded observations
+// (BabyAI) is a warning. Both fakes answer with first observations
+// recorded from the real servers.
 func TestProbeRemoteEnv(t *testing.T) {
+	var rec struct {
+		Episodes []struct {
+			Goal  string `json:"goal"`
+			First string `json:"first_observation"`
+		} `json:"episodes"`
+	}
+	readJSON(t, filepath.Join("..", "envadapters", "agentgym", "testdata", "textcraft_expert.json"), &rec)
+	var sci []struct {
+		Reset struct {
+			Observation string `json:"observation"`
+		} `json:"reset"`
+	}
+	readJSON(t, filepath.Join("..", "envadapters", "agentgym", "testdata", "recordings", "sciworld-driver-random.json"), &sci)
 	splits := map[string]agentgym.Range{"train": {Start: 5, Count: 10}, "eval_seen": {Start: 100, Count: 10}, "eval_unseen": {}}
-	textcraft := fakeFlavorServer(t, func(i int) string {
-		return fmt.Sprintf("Crafting commands:\ncraft 4 stick using 2 planks\n\nGoal: craft item %d.", i)
-	})
-	babyai := fakeFlavorServer(t, func(int) string {
-		return "Your goal: go to the red ball\nIn front of you in this room, you can see several objects."
-	})
+	textcraft := fakeFlavorServer(t, func(i int) string { return rec.Episodes[i].First })
+	other := fakeFlavorServer(t, func(int) string { return sci[0].Reset.Observation })
+	goal := rec.Episodes[5].Goal
 	c := agentgymConfig(agentgym.TextCraft, splits).Env
 	c.URL = textcraft.URL
 	detail, err := ProbeRemoteEnv(context.Background(), c)
-	if err != nil || !strings.Contains(detail, "task index 5") || !strings.Contains(detail, `"item 5"`) {
+	if err != nil || !strings.Contains(detail, "task index 5") || !strings.Contains(detail, fmt.Sprintf("%q", goal)) {
 		t.Fatalf("textcraft at a textcraft server: %q, %v", detail, err)
 	}
-	c.URL = babyai.URL
+	c.URL = other.URL
 	if _, err := ProbeRemoteEnv(context.Background(), c); err == nil || !strings.Contains(err.Error(), "Crafting commands:") || errors.Is(err, agentgym.ErrNoFlavorMarks) {
-		t.Fatalf("textcraft at a babyai server: %v", err)
+		t.Fatalf("textcraft at a sciworld server: %v", err)
 	}
 	c.URL = textcraft.URL
 	c.GoalsFile = filepath.Join(t.TempDir(), "goals.json")
-	os.WriteFile(c.GoalsFile, []byte(`{"5": "item 5"}`), 0o644)
+	os.WriteFile(c.GoalsFile, []byte(fmt.Sprintf(`{"5": %q}`, goal)), 0o644)
 	if detail, err := ProbeRemoteEnv(context.Background(), c); err != nil || !strings.Contains(detail, "env.goals_file") {
 		t.Fatalf("goals file that agrees: %q, %v", detail, err)
 	}
@@ -141,8 +153,19 @@ func TestProbeRemoteEnv(t *testing.T) {
 		t.Fatalf("goals file that disagrees: %v", err)
 	}
 	b := agentgymConfig(agentgym.BabyAI, splits).Env
-	b.URL = babyai.URL
+	b.URL = other.URL
 	if _, err := ProbeRemoteEnv(context.Background(), b); !errors.Is(err, agentgym.ErrNoFlavorMarks) {
 		t.Fatalf("babyai: %v", err)
+	}
+}
+
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
 }
