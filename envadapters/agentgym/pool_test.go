@@ -160,8 +160,14 @@ func TestServerEnvIDsCapsAndExpiry(t *testing.T) {
 	s.perClient = 3
 	hs := httptest.NewServer(s.Handler())
 	defer hs.Close()
-	create := func() (int, string) {
-		resp, err := http.Post(hs.URL+"/create", "application/json", strings.NewReader(`{}`))
+	// createAs creates an env, sending key in ClientKeyHeader unless "".
+	createAs := func(key string) (int, string) {
+		req, _ := http.NewRequest("POST", hs.URL+"/create", strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set(ClientKeyHeader, key)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,6 +182,7 @@ func TestServerEnvIDsCapsAndExpiry(t *testing.T) {
 		}
 		return *v.ID, ""
 	}
+	create := func() (int, string) { return createAs("") }
 	ids := map[int]bool{}
 	sequential := true
 	prev := -1
@@ -197,22 +204,11 @@ func TestServerEnvIDsCapsAndExpiry(t *testing.T) {
 	// Another program on the same host, with its own key, is not locked
 	// out by the first one's full budget; its own budget holds too.
 	keyed := func(key string) string {
-		req, _ := http.NewRequest("POST", hs.URL+"/create", strings.NewReader(`{}`))
-		req.Header.Set(ClientKeyHeader, key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
+		id, e := createAs(key)
+		if id >= 0 {
+			ids[id] = true
 		}
-		defer resp.Body.Close()
-		var v struct {
-			ID    *int   `json:"id"`
-			Error string `json:"error"`
-		}
-		json.NewDecoder(resp.Body).Decode(&v)
-		if v.ID != nil {
-			ids[*v.ID] = true
-		}
-		return v.Error
+		return e
 	}
 	for i := 0; i < 3; i++ {
 		if e := keyed("trainer-b"); e != "" {

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -130,7 +132,7 @@ func ReadTextCraftTags(recipesDir string) (TextCraftTags, error) {
 		if item == "" || tag == name {
 			continue
 		}
-		if !containsString(tags[tag], name) {
+		if !slices.Contains(tags[tag], name) {
 			tags[tag] = append(tags[tag], name)
 		}
 	}
@@ -143,15 +145,6 @@ func ReadTextCraftTags(recipesDir string) (TextCraftTags, error) {
 // textcraftName is an item id as the server writes it in text.
 func textcraftName(id string) string {
 	return strings.ReplaceAll(strings.TrimPrefix(id, "minecraft:"), "_", " ")
-}
-
-func containsString(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // PlanTextCraft is a scripted expert's whole episode for a TextCraft task,
@@ -197,7 +190,7 @@ func (p *textcraftPlanner) concrete(name string) string {
 	}
 	if members, ok := p.tags[name]; ok {
 		for _, r := range p.task.Recipes {
-			if containsString(members, r.Output) && !p.making[r.Output] {
+			if slices.Contains(members, r.Output) && !p.making[r.Output] {
 				return r.Output
 			}
 		}
@@ -231,7 +224,7 @@ func (p *textcraftPlanner) obtain(name string, n int) error {
 	defer delete(p.making, name)
 	var errs []error
 	for _, r := range recipes {
-		mark, inv := len(p.actions), cloneCounts(p.inv)
+		mark, inv := len(p.actions), maps.Clone(p.inv)
 		if err := p.craft(r, need); err != nil {
 			p.actions, p.inv = p.actions[:mark], inv
 			errs = append(errs, err)
@@ -281,14 +274,6 @@ func (p *textcraftPlanner) craft(r TextCraftRecipe, need int) error {
 		p.actions = append(p.actions, action)
 	}
 	return nil
-}
-
-func cloneCounts(m map[string]int) map[string]int {
-	out := make(map[string]int, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // goalLines find a task's goal in a first observation: TextCraft's
