@@ -2,6 +2,7 @@ package learner
 
 import (
 	"bufio"
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -10,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"time"
@@ -36,9 +38,14 @@ const RankSecretEnv = "SEEDCTL_RANK_SECRET"
 
 const (
 	handshakeMaxBytes = 4096
-	// pendingHandshakes bounds connections being checked at once; more
-	// are closed on arrival.
-	pendingHandshakes = 32
+	// pendingHandshakes bounds connections being checked at once (more
+	// are closed on arrival), and pendingPerHost those from one source
+	// address: a newcomer past it closes that address's oldest pending
+	// one. A flood from one address holds pendingPerHost slots at most
+	// and leaves the rest to other hosts' ranks; a rank whose handshake
+	// is closed by it retries (JoinRunRetrying).
+	pendingHandshakes = 256
+	pendingPerHost    = 4
 	minSecretLen      = 16
 )
 
@@ -67,7 +74,10 @@ type challengeLine struct {
 }
 
 type proofLine struct {
-	Proof string `json:"proof"`
+	Proof string `json:"proof,omitempty"`
+	// Error is the run's refusal of a rank whose proof was wrong: the
+	// rank stops instead of retrying.
+	Error string `json:"error,omitempty"`
 }
 
 func newChallenge() (string, error) {
@@ -142,12 +152,13 @@ func admitRank(conn net.Conn, secret []byte) (rankHello, *bufio.Reader, error) {
 		return h, nil, fmt.Errorf("%w: %v", errNotARank, err)
 	}
 	if !proofOK(secret, "rank", c1, h.Proof) {
+		_ = writeLine(conn, proofLine{Error: "wrong proof of " + RankSecretEnv + ": the run's secret is a different one"})
 		return h, nil, fmt.Errorf("%w: wrong proof of %s (a different secret?)", errNotARank, RankSecretEnv)
 	}
 	if h.Host == "" || len(h.Challenge) < 32 {
 		return h, nil, fmt.Errorf("%w: no host name or challenge in its hello", errNotARank)
 	}
-	if err := writeLine(conn, proofLine{proof(secret, "run", h.Challenge)}); err != nil {
+	if err := writeLine(conn, proofLine{Proof: proof(secret, "run", h.Challenge)}); err != nil {
 		return h, nil, fmt.Errorf("%w: answering its challenge: %v", errNotARank, err)
 	}
 	return h, br, nil
@@ -175,10 +186,47 @@ func JoinRun(conn net.Conn, secret []byte, host string, pid int) (*bufio.Reader,
 	}
 	var p proofLine
 	if err := readHandshakeLine(br, &p); err != nil {
-		return nil, fmt.Errorf("the run refused this rank (a different %s?) or did not prove itself: %w", RankSecretEnv, err)
+		return nil, fmt.Errorf("the run closed the handshake (busy, or a different %s?): %w", RankSecretEnv, err)
+	}
+	if p.Error != "" {
+		return nil, fmt.Errorf("%w: %s", ErrRankRefused, p.Error)
 	}
 	if !proofOK(secret, "run", c2, p.Proof) {
-		return nil, fmt.Errorf("the peer at this address did not prove it knows %s: not taking its commands", RankSecretEnv)
+		return nil, fmt.Errorf("%w: the peer at this address did not prove it knows %s: not taking its commands", ErrRankRefused, RankSecretEnv)
 	}
 	return br, nil
+}
+
+// ErrRankRefused is a handshake that retrying cannot mend: the run said
+// this rank's secret is wrong, or the peer could not prove it knows it.
+var ErrRankRefused = errors.New("refused")
+
+// JoinRunRetrying dials the run at addr and joins it, retrying dials and
+// handshakes that fail for any reason but ErrRankRefused (a run not up
+// yet, a handshake slot lost to other connections, a dropped connection)
+// with exponential backoff from 250 ms to 5 s, jittered, for up to wait.
+func JoinRunRetrying(ctx context.Context, addr string, secret []byte, host string, pid int, wait time.Duration) (net.Conn, *bufio.Reader, error) {
+	start := time.Now()
+	deadline := start.Add(wait)
+	delay := 250 * time.Millisecond
+	for tries := 1; ; tries++ {
+		conn, err := DialRun(ctx, addr, time.Until(deadline))
+		if err != nil {
+			return nil, nil, err
+		}
+		in, err := JoinRun(conn, secret, host, pid)
+		if err == nil {
+			return conn, in, nil
+		}
+		conn.Close()
+		if errors.Is(err, ErrRankRefused) || time.Now().Add(delay).After(deadline) {
+			return nil, nil, fmt.Errorf("joining the run at %s (%d tries in %v): %w", addr, tries, time.Since(start).Round(time.Millisecond), err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(delay/2 + time.Duration(mrand.Int64N(int64(delay/2)+1))):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
 }

@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,7 +55,7 @@ func TestRankRefusesAnUnprovenRun(t *testing.T) {
 		br := bufio.NewReader(a)
 		writeLine(a, challengeLine{strings.Repeat("ab", 32)})
 		br.ReadLine()
-		writeLine(a, proofLine{"00"})                       // a wrong proof
+		writeLine(a, proofLine{Proof: "00"})                // a wrong proof
 		writeLine(a, map[string]any{"op": "step", "lr": 1}) // then a command
 	}()
 	if _, err := JoinRun(b, []byte("the secret shared by the hosts"), "h", 1); err == nil || !strings.Contains(err.Error(), "did not prove") {
@@ -163,4 +166,84 @@ func TestRankCommandsOutOfOrder(t *testing.T) {
 			t.Errorf("answer %s", l)
 		}
 	}
+}
+
+// A flood from one address — 40 silent connections, each reopened as soon
+// as it is closed — does not keep four real ranks of another host out
+// (before, it held all 32 handshake slots and every real join failed with
+// "the run's challenge: EOF"); a rank with the wrong secret is told so
+// and stops at once instead of retrying.
+func TestRanksJoinThroughAFlood(t *testing.T) {
+	const secret = "the secret shared by the hosts"
+	t.Setenv(RankSecretEnv, secret)
+	old := handshakeTimeout
+	handshakeTimeout = 3 * time.Second
+	defer func() { handshakeTimeout = old }()
+	flooder := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	if c, err := flooder.Dial("tcp", "127.0.0.1:1"); err != nil && !strings.Contains(err.Error(), "refused") {
+		t.Skipf("no second loopback source address here: %v", err)
+	} else if c != nil {
+		c.Close()
+	}
+	addr := make(chan string, 1)
+	type result struct {
+		ps  []*rankProc
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		ps, err := acceptRanks(DistOptions{NProc: 1, World: 5, Listen: "127.0.0.1:0", Timeout: time.Minute, Listening: func(a string) { addr <- a }}, 4, zerolog.Nop())
+		res <- result{ps, err}
+	}()
+	at := <-addr
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				c, err := flooder.DialContext(ctx, "tcp", at)
+				if err != nil {
+					continue
+				}
+				go func() { <-ctx.Done(); c.Close() }()
+				io.Copy(io.Discard, c) // until the run closes it
+				c.Close()
+			}
+		}()
+	}
+	defer func() { stop(); wg.Wait() }()
+	time.Sleep(200 * time.Millisecond) // the flood first
+
+	if _, _, err := JoinRunRetrying(ctx, at, []byte("not the run's secret, at all"), "hostX", 1, time.Minute); !errors.Is(err, ErrRankRefused) {
+		t.Errorf("a rank with the wrong secret: %v, want ErrRankRefused", err)
+	}
+	start := time.Now()
+	var joined sync.WaitGroup
+	errs := make([]error, 4)
+	conns := make([]net.Conn, 4)
+	for i := range 4 {
+		joined.Add(1)
+		go func() {
+			defer joined.Done()
+			conns[i], _, errs[i] = JoinRunRetrying(ctx, at, []byte(secret), "hostB", 100+i, 30*time.Second)
+		}()
+	}
+	joined.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("real rank %d: %v", i, err)
+		} else {
+			defer conns[i].Close()
+		}
+	}
+	r := <-res
+	if r.err != nil || len(r.ps) != 4 {
+		t.Fatalf("acceptRanks through the flood: %d ranks, %v", len(r.ps), r.err)
+	}
+	for _, p := range r.ps {
+		p.stop()
+	}
+	t.Logf("4 ranks joined through the flood in %v", time.Since(start).Round(time.Millisecond))
 }

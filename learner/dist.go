@@ -10,13 +10,13 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 
-	"github.com/seedctl/seedctl/internal/loopback"
 	"github.com/seedctl/seedctl/orchestrator"
 	"github.com/seedctl/seedctl/trainer"
 )
@@ -37,8 +37,11 @@ type rankRequest struct {
 
 // rankDist is the process group a rank joins (its torchrun variables).
 type rankDist struct {
-	Addr     string  `json:"addr"`
-	Port     int     `json:"port"`
+	Addr string `json:"addr"`
+	Port int    `json:"port"`
+	// Store is the file the ranks meet in when they are all on one host
+	// (no rendezvous port is opened then).
+	Store    string  `json:"store,omitempty"`
 	Rank     int     `json:"rank"`
 	World    int     `json:"world"`
 	TimeoutS float64 `json:"timeout_s"`
@@ -51,7 +54,7 @@ type rankDist struct {
 // run's fails, naming both.
 func (d rankDist) config(device string) (trainer.DistConfig, error) {
 	c := trainer.DefaultDistConfig()
-	c.Addr, c.Port, c.Rank, c.World = d.Addr, d.Port, d.Rank, d.World
+	c.Addr, c.Port, c.Rank, c.World, c.Store = d.Addr, d.Port, d.Rank, d.World, d.Store
 	c.Timeout = time.Duration(d.TimeoutS * float64(time.Second))
 	c.Backend = d.Backend
 	if c.Backend == "" {
@@ -99,9 +102,10 @@ type DistOptions struct {
 	// Listen (seedctl learner-node on the other hosts).
 	World  int
 	Listen string
-	// MasterAddr and MasterPort are c10d's rendezvous (rank 0's TCPStore):
-	// this host as the other hosts reach it. One host: loopback and a
-	// free port.
+	// MasterAddr and MasterPort are c10d's rendezvous (rank 0's TCPStore)
+	// when ranks run on several hosts: this host as the other hosts reach
+	// it. One host (World == NProc): the ranks meet in a file store in a
+	// private temporary folder and no rendezvous port is opened.
 	MasterAddr string
 	MasterPort int
 	Zero       bool
@@ -216,8 +220,17 @@ func lineScanner(r io.Reader) *bufio.Scanner {
 // distLearner is rank 0 plus the worker processes.
 type distLearner struct {
 	*gotchLearner
-	workers []*rankProc
-	zero    bool
+	workers  []*rankProc
+	zero     bool
+	storeDir string // the one-host rendezvous' folder ("" for a TCP one)
+}
+
+// removeStore deletes the one-host rendezvous' folder.
+func (d *distLearner) removeStore() {
+	if d.storeDir != "" {
+		os.RemoveAll(d.storeDir)
+		d.storeDir = ""
+	}
 }
 
 // Dist starts o.NProc learner ranks on this host (CPU, Gloo)
@@ -234,24 +247,31 @@ func Dist(o DistOptions, log zerolog.Logger) orchestrator.LearnerFactory {
 		if addr == "" {
 			addr = "127.0.0.1"
 		}
-		if port == 0 {
-			if world > o.NProc {
-				return nil, fmt.Errorf("--world-size %d: give --master-port (a free port here that the other hosts reach)", world)
-			}
-			p, err := loopback.FreePort()
+		var store, storeDir string
+		switch {
+		case world == o.NProc:
+			// One host: the ranks meet in a file in a folder only this
+			// user can reach, and no rendezvous port is opened.
+			dir, err := os.MkdirTemp("", "seedctl-rendezvous-")
 			if err != nil {
-				return nil, fmt.Errorf("--nproc %d: a port for the rendezvous: %w", o.NProc, err)
+				return nil, fmt.Errorf("--nproc %d: a folder for the rendezvous: %w", o.NProc, err)
 			}
-			port = p
+			storeDir, store, port = dir, filepath.Join(dir, "store"), 0
+		case port == 0:
+			return nil, fmt.Errorf("--world-size %d: give --master-port (a free port here that the other hosts reach)", world)
+		case !trainer.RendezvousBindsAddr():
+			log.Warn().Int("port", port).Msg("this libtorch (1.13) listens for the rendezvous on every interface, not --master-addr alone: keep the port behind a firewall (libtorch 2.x binds --master-addr)")
 		}
 		backend := trainer.BackendFor(o.Device)
 		dev0, err := RankDevice(o.Device, 0, o.NProc)
 		if err != nil {
+			os.RemoveAll(storeDir)
 			return nil, err
 		}
-		d := &distLearner{zero: o.Zero}
+		d := &distLearner{zero: o.Zero, storeDir: storeDir}
 		fail := func(err error) (orchestrator.Learner, error) {
 			d.stopWorkers()
+			d.removeStore()
 			return nil, err
 		}
 		// The other hosts' ranks first: they may be waiting already, and
@@ -282,7 +302,7 @@ func Dist(o DistOptions, log zerolog.Logger) orchestrator.LearnerFactory {
 		}
 		slices.SortFunc(d.workers, func(a, b *rankProc) int { return a.rank - b.rank }) // rescoring gathers in rank order
 		for _, p := range d.workers {
-			dist := &rankDist{Addr: addr, Port: port, Rank: p.rank, World: world, TimeoutS: o.Timeout.Seconds(), Backend: backend}
+			dist := &rankDist{Addr: addr, Port: port, Store: store, Rank: p.rank, World: world, TimeoutS: o.Timeout.Seconds(), Backend: backend}
 			if err := p.send(rankRequest{Op: "load", Spec: &spec, Zero: o.Zero, Dist: dist}); err != nil {
 				return fail(err)
 			}
@@ -295,7 +315,7 @@ func Dist(o DistOptions, log zerolog.Logger) orchestrator.LearnerFactory {
 				return fail(fmt.Errorf("%s before the rendezvous: %v%s", p.name(), err, r.Error))
 			}
 		}
-		cfg, err := rankDist{Addr: addr, Port: port, Rank: 0, World: world, TimeoutS: o.Timeout.Seconds(), Backend: backend}.config(dev0)
+		cfg, err := rankDist{Addr: addr, Port: port, Store: store, Rank: 0, World: world, TimeoutS: o.Timeout.Seconds(), Backend: backend}.config(dev0)
 		if err != nil {
 			return fail(err)
 		}
@@ -392,6 +412,16 @@ func acceptRanks(o DistOptions, n int, log zerolog.Logger) ([]*rankProc, error) 
 	done := make(chan struct{})
 	defer close(done)
 	slots := make(chan struct{}, pendingHandshakes)
+	var mu sync.Mutex
+	pending := map[string][]net.Conn{} // handshakes under way by source address, oldest first
+	drop := func(host string, c net.Conn) {
+		if i := slices.Index(pending[host], c); i >= 0 {
+			pending[host] = slices.Delete(pending[host], i, i+1)
+		}
+		if len(pending[host]) == 0 {
+			delete(pending, host)
+		}
+	}
 	go func() {
 		for {
 			conn, err := ln.Accept()
@@ -405,9 +435,29 @@ func acceptRanks(o DistOptions, n int, log zerolog.Logger) ([]*rankProc, error) 
 				conn.Close()
 				continue
 			}
+			host, _, _ := net.SplitHostPort(conn.RemoteAddr().String())
+			mu.Lock()
+			if q := pending[host]; len(q) >= pendingPerHost {
+				// One address holds its share already: its oldest
+				// handshake goes (a rank answers in milliseconds; what
+				// is still pending is idle), the newcomer is heard.
+				log.Debug().Str("from", q[0].RemoteAddr().String()).Msgf("more than %d handshakes at once from %s; the oldest closed", pendingPerHost, host)
+				q[0].Close()
+				drop(host, q[0])
+			}
+			pending[host] = append(pending[host], conn)
+			mu.Unlock()
 			go func() {
 				defer func() { <-slots }()
 				h, in, err := admitRank(conn, secret)
+				mu.Lock()
+				evicted := !slices.Contains(pending[host], conn)
+				drop(host, conn)
+				mu.Unlock()
+				if evicted { // closed for a newer handshake from its address
+					conn.Close()
+					return
+				}
 				if err != nil {
 					log.Warn().Str("from", conn.RemoteAddr().String()).Err(err).Msg("refused a connection to the ranks' port")
 					conn.Close()
@@ -564,6 +614,7 @@ func (d *distLearner) Close() {
 	if d.gotchLearner != nil {
 		d.gotchLearner.Close()
 	}
+	d.removeStore()
 }
 
 // DialRun dials a run's ranks port, retrying every second for up to wait.

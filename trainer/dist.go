@@ -27,8 +27,12 @@ import (
 // DistConfig says how a learner joins a data-parallel group; the fields
 // are torchrun's environment (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE).
 type DistConfig struct {
-	Addr  string
-	Port  int
+	Addr string
+	Port int
+	// Store, when set, is a file path every rank can reach on one host:
+	// the ranks meet there (c10d's FileStore) and no rendezvous port is
+	// opened; Port is then unused. Multi-host groups leave it empty.
+	Store string
 	Rank  int
 	World int
 	// Timeout bounds the rendezvous and every collective: a rank that
@@ -95,7 +99,7 @@ func (c DistConfig) Validate() error {
 		return fmt.Errorf("dist: rank %d must be in [0, %d)", c.Rank, c.World)
 	case c.Addr == "":
 		return errors.New("dist: the rendezvous address (MASTER_ADDR) is empty")
-	case c.Port < 1 || c.Port > 65535:
+	case c.Store == "" && (c.Port < 1 || c.Port > 65535):
 		return fmt.Errorf("dist: port %d (MASTER_PORT) must be in 1..65535", c.Port)
 	case c.Timeout <= 0:
 		return fmt.Errorf("dist: timeout %v must be positive", c.Timeout)
@@ -146,6 +150,12 @@ func DistAvailable(backend string) bool {
 	return err == nil && c10d.Available(b)
 }
 
+// RendezvousBindsAddr reports whether a multi-host rendezvous listens on
+// its address alone (libtorch 2.x) or on every interface (libtorch 1.13,
+// whose TCPStore cannot be given a bound socket: firewall its port).
+// One-host groups (DistConfig.Store) open no port either way.
+func RendezvousBindsAddr() bool { return c10d.BindsMasterAddr() }
+
 // ProcessGroup is this process's membership of a data-parallel group.
 type ProcessGroup struct {
 	h           unsafe.Pointer
@@ -193,9 +203,13 @@ func NewProcessGroup(cfg DistConfig) (*ProcessGroup, error) {
 		return nil, err
 	}
 	b, _ := cfg.backend()
-	h, err := c10d.New(cfg.Addr, cfg.Port, cfg.Rank, cfg.World, cfg.Timeout, b, cfg.Device)
+	h, err := c10d.New(cfg.Addr, cfg.Port, cfg.Store, cfg.Rank, cfg.World, cfg.Timeout, b, cfg.Device)
 	if err != nil {
-		return nil, fmt.Errorf("dist: rank %d of %d joining %s:%d (%s): %w", cfg.Rank, cfg.World, cfg.Addr, cfg.Port, cfg.Backend, err)
+		at := fmt.Sprintf("%s:%d", cfg.Addr, cfg.Port)
+		if cfg.Store != "" {
+			at = cfg.Store
+		}
+		return nil, fmt.Errorf("dist: rank %d of %d joining %s (%s): %w", cfg.Rank, cfg.World, at, cfg.Backend, err)
 	}
 	dev := gotch.CPU
 	if b == c10d.NCCL {

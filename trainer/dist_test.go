@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/sugarme/gotch"
 	"github.com/sugarme/gotch/ts"
+
+	"github.com/seedctl/seedctl/internal/loopback"
 )
 
 // needDist skips where this libtorch build has no Gloo process group
@@ -50,8 +54,14 @@ func onRanks(t *testing.T, world int, fn func(g *ProcessGroup) error) []error {
 // onRanksAt is onRanks with the rendezvous at addr.
 func onRanksAt(t *testing.T, addr string, world int, fn func(g *ProcessGroup) error) []error {
 	t.Helper()
+	return onRanksWith(t, addr, freePort(t), "", world, fn)
+}
+
+// onRanksWith is onRanks with the rendezvous at addr:port, or in the
+// file store when it is not empty.
+func onRanksWith(t *testing.T, addr string, port int, store string, world int, fn func(g *ProcessGroup) error) []error {
+	t.Helper()
 	defer debug.SetGCPercent(debug.SetGCPercent(100)) // the steps' GC switching interleaves across ranks
-	port := freePort(t)
 	errs := make([]error, world)
 	var wg sync.WaitGroup
 	for r := 0; r < world; r++ {
@@ -60,6 +70,7 @@ func onRanksAt(t *testing.T, addr string, world int, fn func(g *ProcessGroup) er
 			defer wg.Done()
 			cfg := DefaultDistConfig()
 			cfg.Addr, cfg.Port, cfg.Rank, cfg.World, cfg.Timeout = addr, port, r, world, 60*time.Second
+			cfg.Store = store
 			g, err := NewProcessGroup(cfg)
 			if err != nil {
 				errs[r] = err
@@ -602,4 +613,59 @@ func TestNCCLProcessGroup(t *testing.T) {
 	if g.Comm().Calls != 3 {
 		t.Errorf("collectives counted: %+v, want 3", g.Comm())
 	}
+}
+
+// A one-host group meets in a file: while it is formed and working, this
+// process listens on no address but loopback (before, rank 0's TCPStore
+// listened on every interface, *:PORT, even with 127.0.0.1 as its
+// address). A TCP rendezvous at 127.0.0.1 listens on loopback alone where
+// libtorch can be given a bound socket (2.x).
+func TestOneHostRendezvousListensOnLoopbackOnly(t *testing.T) {
+	needDist(t)
+	listening := func() []string {
+		got, err := loopback.Listening(os.Getpid())
+		if err != nil {
+			t.Skipf("no /proc here: %v", err)
+		}
+		return got
+	}
+	before := map[string]bool{}
+	for _, a := range listening() {
+		before[a] = true
+	}
+	check := func(t *testing.T, port int, store string) {
+		var mu sync.Mutex
+		var seen []string
+		errs := onRanksWith(t, "127.0.0.1", port, store, 2, func(g *ProcessGroup) error {
+			x := ts.MustOfSlice([]float32{float32(g.Rank() + 1)})
+			defer drop(x)
+			if err := g.AllReduceSum([]*ts.Tensor{x}); err != nil {
+				return err
+			}
+			if v := x.Float64Values()[0]; v != 3 {
+				return fmt.Errorf("sum %v, want 3", v)
+			}
+			mu.Lock()
+			seen = append(seen, listening()...)
+			mu.Unlock()
+			return g.Barrier()
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		for _, a := range loopback.Exposed(seen) {
+			if !before[a] {
+				t.Errorf("the group listens on %s, not loopback", a)
+			}
+		}
+	}
+	t.Run("file store", func(t *testing.T) { check(t, 0, filepath.Join(t.TempDir(), "store")) })
+	t.Run("tcp store at 127.0.0.1", func(t *testing.T) {
+		if !RendezvousBindsAddr() {
+			t.Skip("this libtorch's TCPStore listens on every interface (1.13 takes no bound socket): one-host runs use the file store")
+		}
+		check(t, freePort(t), "")
+	})
 }

@@ -22,7 +22,7 @@ func learnerRankCommand() *cli.Command {
 		Hidden: true,
 		Flags: []cli.Flag{&cli.StringFlag{Name: "device", Value: "cpu", Usage: "trainer device"},
 			&cli.StringFlag{Name: "connect", Usage: "dial the run's --listen address (HOST:PORT) and take commands there"},
-			&cli.DurationFlag{Name: "connect-timeout", Value: learner.DefaultDistTimeout, Usage: "keep dialling this long (the run may start later)"}},
+			&cli.DurationFlag{Name: "connect-timeout", Value: learner.DefaultDistTimeout, Usage: "keep dialling and retrying the handshake this long (the run may start later, or be busy)"}},
 		Action: func(c *cli.Context) error {
 			addr := c.String("connect")
 			if addr == "" {
@@ -32,16 +32,12 @@ func learnerRankCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("learner-rank: "+err.Error(), 2)
 			}
-			conn, err := learner.DialRun(c.Context, addr, c.Duration("connect-timeout"))
+			host, _ := os.Hostname()
+			conn, in, err := learner.JoinRunRetrying(c.Context, addr, secret, host, os.Getpid(), c.Duration("connect-timeout"))
 			if err != nil {
 				return cli.Exit("learner-rank: "+err.Error(), 1)
 			}
 			defer conn.Close()
-			host, _ := os.Hostname()
-			in, err := learner.JoinRun(conn, secret, host, os.Getpid())
-			if err != nil {
-				return cli.Exit(fmt.Sprintf("learner-rank: %s: %v", addr, err), 1)
-			}
 			return learner.ServeRank(c.Context, c.String("device"), in, conn)
 		},
 	}

@@ -172,7 +172,7 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "world-size", Usage: "all learner ranks, on every host (default: --nproc); the ranks beyond this host's dial --listen (seedctl learner-node there)"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:29501", Usage: "with --world-size: where the other hosts' ranks dial in (HOST:PORT; loopback unless told, e.g. :29501 or 10.0.0.1:29501); they authenticate with the secret in $SEEDCTL_RANK_SECRET"},
 			&cli.StringFlag{Name: "master-addr", Usage: "with --world-size: this host's address as the other hosts reach it (c10d's rendezvous)"},
-			&cli.IntFlag{Name: "master-port", Usage: "c10d's rendezvous port on this host (default: a free port on one host, 29500 with --world-size)"},
+			&cli.IntFlag{Name: "master-port", Usage: "with --world-size: c10d's rendezvous port on this host (default 29500; one host's ranks meet in a private file store and open no port)"},
 			&cli.DurationFlag{Name: "dist-timeout", Value: learner.DefaultDistTimeout, Usage: "bound on the rendezvous, waiting for other hosts' ranks, and every collective: a dead rank stops the run after it"},
 		},
 		Action: func(c *cli.Context) error {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -656,11 +657,34 @@ func TestDistLearnerRescoresLikeOneLearner(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer one.Close()
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp) // where the ranks' rendezvous folder goes
+	before, _ := loopback.Listening(os.Getpid())
 	three, err := localRanks(3, false, learner.DefaultDistTimeout)(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer three.Close()
+	// One host's ranks meet in a private file store: rank 0 (this
+	// process) opens no rendezvous port on any interface (c10d's TCPStore
+	// listened on *:PORT before, even at 127.0.0.1).
+	if now, err := loopback.Listening(os.Getpid()); err == nil {
+		for _, a := range loopback.Exposed(now) {
+			if !slices.Contains(before, a) {
+				t.Errorf("with --nproc 3 on one host rank 0 listens on %s", a)
+			}
+		}
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(tmp, "seedctl-rendezvous-*")); len(dirs) != 1 {
+		t.Errorf("rendezvous folders %v, want one", dirs)
+	} else if fi, err := os.Stat(dirs[0]); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("rendezvous folder %s: %v, %v (want 0700)", dirs[0], fi.Mode(), err)
+	}
+	t.Cleanup(func() { // after the deferred Close
+		if dirs, _ := filepath.Glob(filepath.Join(tmp, "seedctl-rendezvous-*")); len(dirs) != 0 {
+			t.Errorf("rendezvous folders left after Close: %v", dirs)
+		}
+	})
 	seqs := [][]int{{5, 17, 3, 88}, {7, 7, 12}, {11, 13, 15, 17, 19}, {2, 4}, {9, 8, 7, 6, 5, 4, 3}, {1, 2, 3}, {30, 31}}
 	for _, ref := range []bool{false, true} {
 		score := func(l orchestrator.Learner) [][]float32 {

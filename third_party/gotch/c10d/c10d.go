@@ -30,13 +30,21 @@ const (
 // Available reports whether this build has the backend's process group.
 func Available(backend int) bool { return C.seed_c10d_available(C.int(backend)) == 1 }
 
-// New joins a process group of the backend through a TCPStore at
-// host:port (rank 0 serves it); device is the rank's CUDA device (NCCL).
-func New(host string, port, rank, world int, timeout time.Duration, backend, device int) (unsafe.Pointer, error) {
+// BindsMasterAddr reports whether rank 0's TCP rendezvous listens on its
+// address alone (libtorch 2.x) rather than on every interface (1.13).
+func BindsMasterAddr() bool { return C.seed_c10d_binds_master_addr() == 1 }
+
+// New joins a process group of the backend: through the FileStore at
+// storeFile when it is not empty (ranks on one host; no port opened),
+// else through a TCPStore at host:port that rank 0 serves; device is the
+// rank's CUDA device (NCCL).
+func New(host string, port int, storeFile string, rank, world int, timeout time.Duration, backend, device int) (unsafe.Pointer, error) {
 	ch := C.CString(host)
 	defer C.free(unsafe.Pointer(ch))
+	cf := C.CString(storeFile)
+	defer C.free(unsafe.Pointer(cf))
 	var cerr *C.char
-	pg := C.seed_c10d_new(ch, C.int(port), C.int(rank), C.int(world), C.int64_t(timeout.Milliseconds()), C.int(backend), C.int(device), &cerr)
+	pg := C.seed_c10d_new(ch, C.int(port), cf, C.int(rank), C.int(world), C.int64_t(timeout.Milliseconds()), C.int(backend), C.int(device), &cerr)
 	if pg == nil {
 		return nil, c10dErr(cerr)
 	}

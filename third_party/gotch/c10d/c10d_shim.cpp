@@ -31,6 +31,15 @@
 
 #if defined(SEEDCTL_HAVE_GLOO) || defined(SEEDCTL_HAVE_NCCL)
 #define SEEDCTL_HAVE_C10D 1
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <type_traits>
+#include <utility>
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #endif
 
@@ -106,9 +115,68 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string &master
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 #endif
+
+#ifdef SEEDCTL_HAVE_C10D
+// has_listen_fd says whether this libtorch's TCPStoreOptions can take a
+// socket the caller bound (masterListenFd, libtorch 2.x); 1.13's cannot,
+// and its store listens on every interface.
+template <class O, class = void>
+struct has_listen_fd : std::false_type {};
+template <class O>
+struct has_listen_fd<O, std::void_t<decltype(std::declval<O &>().masterListenFd)>> : std::true_type {};
+
+// listen_on is a TCP socket bound to host:port (the host's own address,
+// not every interface) and listening; it throws with the cause.
+int listen_on(const std::string &host, int port) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0) throw std::runtime_error("c10d: resolving the rendezvous address " + host + ": " + gai_strerror(rc));
+  std::string last = "no address";
+  for (auto *a = res; a; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      last = std::strerror(errno);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 2048) == 0) {
+      freeaddrinfo(res);
+      return fd;
+    }
+    last = std::strerror(errno);
+    close(fd);
+  }
+  freeaddrinfo(res);
+  throw std::runtime_error("c10d: binding the rendezvous to " + host + ":" + std::to_string(port) + ": " + last);
+}
+
+// bind_master makes rank 0's store serve on a socket bound to host alone
+// where this libtorch allows it; false where it does not (1.13).
+template <class O>
+bool bind_master(O &o, const std::string &host, int port) {
+  if constexpr (has_listen_fd<O>::value) {
+    o.masterListenFd = listen_on(host, port);
+    return true;
+  } else {
+    (void)o, (void)host, (void)port;
+    return false;
+  }
+}
+#endif
 }  // namespace
 
 extern "C" {
+
+int seed_c10d_binds_master_addr(void) {
+#ifdef SEEDCTL_HAVE_C10D
+  return has_listen_fd<c10d::TCPStoreOptions>::value ? 1 : 0;
+#else
+  return 0;
+#endif
+}
 
 int seed_c10d_available(int backend) {
   switch (backend) {
@@ -125,8 +193,8 @@ int seed_c10d_available(int backend) {
   }
 }
 
-seed_pg seed_c10d_new(const char *host, int port, int rank, int world, int64_t timeout_ms, int backend, int device,
-                      char **err) {
+seed_pg seed_c10d_new(const char *host, int port, const char *store_file, int rank, int world, int64_t timeout_ms,
+                      int backend, int device, char **err) {
   if (backend != SEED_C10D_GLOO && backend != SEED_C10D_NCCL) {
     set_err(err, "c10d: unknown backend " + std::to_string(backend));
     return nullptr;
@@ -135,17 +203,30 @@ seed_pg seed_c10d_new(const char *host, int port, int rank, int world, int64_t t
     set_err(err, backend == SEED_C10D_GLOO ? kNoGloo : kNoNCCL);
     return nullptr;
   }
-  (void)host, (void)port, (void)rank, (void)world, (void)timeout_ms, (void)device;
+  (void)host, (void)port, (void)store_file, (void)rank, (void)world, (void)timeout_ms, (void)device;
 #ifdef SEEDCTL_HAVE_C10D
   try {
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<uint16_t>(port);
-    so.isServer = rank == 0;
-    so.numWorkers = world;
-    so.waitWorkers = true;
-    so.timeout = std::chrono::milliseconds(timeout_ms);
     auto g = std::make_unique<Group>();
-    g->store = c10::make_intrusive<c10d::TCPStore>(std::string(host), so);
+    if (store_file && *store_file) {
+      // One host: the ranks meet in a file only they can reach, and
+      // no rendezvous port is opened at all.
+      g->store = c10::make_intrusive<c10d::FileStore>(std::string(store_file), world);
+      g->store->setTimeout(std::chrono::milliseconds(timeout_ms));
+#ifdef SEEDCTL_HAVE_NCCL
+      // NCCL's bootstrap listens on the interface it picks (the first
+      // non-loopback one by default); on one host loopback is enough.
+      if (backend == SEED_C10D_NCCL) setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+#endif
+    } else {
+      c10d::TCPStoreOptions so;
+      so.port = static_cast<uint16_t>(port);
+      so.isServer = rank == 0;
+      so.numWorkers = world;
+      so.waitWorkers = true;
+      so.timeout = std::chrono::milliseconds(timeout_ms);
+      if (rank == 0) bind_master(so, std::string(host), port);
+      g->store = c10::make_intrusive<c10d::TCPStore>(std::string(host), so);
+    }
     g->rank = rank;
     g->world = world;
 #ifdef SEEDCTL_HAVE_GLOO

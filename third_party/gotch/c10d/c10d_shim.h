@@ -27,12 +27,19 @@ typedef void *seed_tensor;
 
 // 1 when this build has the backend's process group.
 int seed_c10d_available(int backend);
-// Joins the group: rank 0 serves the TCPStore at host:port, every rank
-// waits for world members up to timeout_ms (also each collective's
-// timeout). device is the rank's CUDA device index (NCCL; ignored by
-// Gloo). NULL with *err set (free it) on failure.
-seed_pg seed_c10d_new(const char *host, int port, int rank, int world, int64_t timeout_ms, int backend, int device,
-                      char **err);
+// 1 when rank 0's TCPStore can listen on the rendezvous address alone
+// (libtorch 2.x: a socket bound here, handed over as masterListenFd); 0
+// when it listens on every interface (libtorch 1.13).
+int seed_c10d_binds_master_addr(void);
+// Joins the group. With store_file non-empty the ranks (all on one host)
+// meet in that file (a FileStore: no port is opened); otherwise rank 0
+// serves a TCPStore at host:port, bound to host where
+// seed_c10d_binds_master_addr says so. Every rank waits for world members
+// up to timeout_ms (also each collective's timeout). device is the rank's
+// CUDA device index (NCCL; ignored by Gloo). NULL with *err set (free it)
+// on failure.
+seed_pg seed_c10d_new(const char *host, int port, const char *store_file, int rank, int world, int64_t timeout_ms,
+                      int backend, int device, char **err);
 // Reduces each tensor across the group in place (one collective each):
 // op 0 sums, op 1 takes the maximum.
 int seed_c10d_allreduce(seed_pg pg, seed_tensor *ts, int n, int op, char **err);
