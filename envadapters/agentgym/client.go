@@ -158,13 +158,16 @@ type FlavorInfo struct {
 	System string
 	// Intro is the flavor's opening sentence in verl-agent-style prompts.
 	Intro string
+	// Turns, when set, renders the flavor's window-mode turns
+	// (envadapters.Prompting.Turns); nil: the rollout's generic window.
+	Turns func(style string) (envadapters.Turns, error)
 }
 
 // Prompting is how a flavor's turns are put to the policy: tagged actions,
 // the server's action list where it sends one, and the flavor's action
 // grammar in the request where it does not.
 func (f FlavorInfo) Prompting() envadapters.Prompting {
-	p := envadapters.Prompting{System: f.System, ActionRequest: "Write your next action inside <action> and </action>.", ListAdmissible: true, Intro: f.Intro}
+	p := envadapters.Prompting{System: f.System, ActionRequest: "Write your next action inside <action> and </action>.", ListAdmissible: true, Intro: f.Intro, Turns: f.Turns}
 	if f.Actions != "" {
 		p.ActionRequest = f.Actions + " " + p.ActionRequest
 	}
@@ -220,6 +223,7 @@ var Flavors = map[string]FlavorInfo{
 		Invalid:  []string{"Could not", "Wrong item format"},
 		HasClose: true,
 		Actions:  "Actions: get N ITEM; craft N ITEM using N ITEM[, N ITEM ...] (one of the crafting commands above); inventory.",
+		Turns:    NewTextCraftTurns,
 	},
 	BabyAI: {
 		Intro: "You are an expert agent navigating a BabyAI grid world.",
