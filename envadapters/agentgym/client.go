@@ -200,13 +200,18 @@ var Flavors = map[string]FlavorInfo{
 		Intro:  "You are an expert agent carrying out a science experiment in the ScienceWorld environment.",
 		Source: "agentenv-sciworld enumerates every variation of every ScienceWorld task but seven, in task order, " +
 			"with no train/test split: give env.splits",
-		// The refusals a 10-action probe of the real server sent beyond
-		// these ([textcraft] 5): "The X is not openable / edible /
-		// something that can be activated", "I'm not sure …", "It's not
-		// clear …", "You can't …".
-		Invalid:         []string{"No known action matches that input.", "It's not clear", "The door is not open.", "I'm not sure", "You can't"},
-		InvalidPatterns: []*regexp.Regexp{regexp.MustCompile(`^The .+ is not (openable|edible|something that can be activated)\b`)},
-		HasClose:        true,
+		// The real server's refusals: testdata/sciworld_refusals.json
+		// (TestSciWorldRefusals), answers to actions it could not carry
+		// out. "The X is already open." is not one: the action was
+		// understood and changed nothing, and ScienceWorld's own gold
+		// paths take it (sciworld_exchange.json, step 8).
+		Invalid: []string{"No known action matches that input.", "It's not clear", "The door is not open.", "I'm not sure", "You can't",
+			"That container is empty, so there are no items to mix."},
+		InvalidPatterns: []*regexp.Regexp{
+			regexp.MustCompile(`^The .+ is not (openable|edible|moveable|something that can be activated)\b`),
+			regexp.MustCompile(`^The .+ does not contain any liquids to dunk into\.`),
+		},
+		HasClose: true,
 		Actions: "Actions: look around; look at OBJ; look in OBJ; read OBJ; open OBJ; close OBJ; activate OBJ; deactivate OBJ; " +
 			"connect OBJ to OBJ; disconnect OBJ; use OBJ [on OBJ]; move OBJ to OBJ; pick up OBJ; put down OBJ; pour OBJ into OBJ; " +
 			"dunk OBJ into OBJ; mix OBJ; go to LOC; eat OBJ; flush OBJ; focus on OBJ; inventory; task; wait; wait1. " +
