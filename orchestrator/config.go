@@ -218,6 +218,13 @@ type Stage1Config struct {
 	Temperature float64 `json:"temperature,omitempty"`
 	Window      int     `json:"window,omitempty"`
 	MaxSteps    int     `json:"max_steps,omitempty"`
+	// HeldOut keeps at least this many collected trajectories (whole
+	// groups, the last ones) out of the fine-tuning and measures on them,
+	// before and after it, what stage 1 exists to teach: the NLL of the
+	// analyzer's skill (per target token) and the share of the policy's
+	// own analyses that parse and give a skill (greedy, as in stage 2).
+	// 0: no measurement, every trajectory trained on.
+	HeldOut int `json:"held_out,omitempty"`
 }
 
 // Row dropping (RLConfig.DropFlat).

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/seedctl/seedctl/internal/ckpthash"
+	"github.com/seedctl/seedctl/rollout"
+	"github.com/seedctl/seedctl/skills"
 )
 
 // fakeRunFolder writes a run folder as the loop leaves it after two
@@ -184,5 +187,31 @@ func TestResumeAcceptsANamedConfigChange(t *testing.T) {
 	}
 	if _, err := Resume(context.Background(), d, Deps{Log: zerolog.Nop()}); err == nil || !strings.Contains(err.Error(), unwired) {
 		t.Errorf("the next resume, nothing changed since: %v", err)
+	}
+}
+
+// stage1.held_out keeps whole groups, the last ones, out of stage 1's
+// training, and never every group.
+func TestSplitHeldOut(t *testing.T) {
+	var trajs []*rollout.Trajectory
+	var recs []skills.Record
+	for g := range 3 {
+		for s := range 2 {
+			id := fmt.Sprintf("t%d-%d", g, s)
+			trajs = append(trajs, &rollout.Trajectory{ID: id, Group: g})
+			recs = append(recs, skills.Record{TrajectoryID: id})
+		}
+	}
+	for _, c := range []struct{ n, held int }{{0, 0}, {1, 2}, {2, 2}, {3, 4}, {6, 4}, {99, 4}} {
+		keepRecs, keep, h := splitHeldOut(recs, trajs, c.n)
+		if len(h.trajs) != c.held || len(h.recs) != c.held || len(keep) != 6-c.held || len(keepRecs) != 6-c.held {
+			t.Errorf("n %d: held %d trajectories and %d records, kept %d and %d; want %d held", c.n, len(h.trajs), len(h.recs), len(keep), len(keepRecs), c.held)
+			continue
+		}
+		for _, x := range h.trajs {
+			if x.Group == 0 {
+				t.Errorf("n %d: the first group is held out too", c.n)
+			}
+		}
 	}
 }

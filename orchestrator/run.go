@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -646,7 +647,8 @@ func (r *run) stage1(ctx context.Context) error {
 	if err := skills.WriteStore(r.dir.path("skills", "stage1.jsonl"), recs); err != nil {
 		return err
 	}
-	data, err := r.sftExamples(recs)
+	trainRecs, trainTrajs, held := splitHeldOut(recs, trajs, r.cfg.Stage1.HeldOut)
+	data, err := r.sftExamples(trainRecs)
 	if err != nil {
 		return err
 	}
@@ -654,9 +656,20 @@ func (r *run) stage1(ctx context.Context) error {
 		return errors.New("the analyzer wrote no usable skill for any stage-1 trajectory")
 	}
 	if n := int(r.cfg.Stage1.ActingReplay * float64(len(data))); n > 0 {
-		acting := actingExamples(trajs, n, r.cfg.Seed, r.cfg.Stage1.MaxLen)
+		acting := actingExamples(trainTrajs, n, r.cfg.Seed, r.cfg.Stage1.MaxLen)
 		r.log.Info().Int("skill_examples", len(data)).Int("acting_examples", len(acting)).Msg("stage-1 data")
 		data = append(data, acting...)
+	}
+	vals := map[string]float64{}
+	var heldData []SFTExample
+	if len(held.trajs) > 0 {
+		if heldData, err = r.sftExamples(held.recs); err != nil {
+			return err
+		}
+		// What the policy writes before stage 1 (the server holds it).
+		if err := r.heldOutAnalysis(ctx, held.trajs, "before", vals); err != nil {
+			return err
+		}
 	}
 	if err := r.releaseServer(ctx, "stage-1 fine-tuning"); err != nil {
 		return err
@@ -666,6 +679,11 @@ func (r *run) stage1(ctx context.Context) error {
 		return err
 	}
 	defer l.Close()
+	if len(heldData) > 0 {
+		if vals["held_out_nll_before"], err = skillNLL(ctx, l, heldData); err != nil {
+			return fmt.Errorf("held-out skill NLL before stage 1: %w", err)
+		}
+	}
 	s1 := r.cfg.Stage1
 	var lastLoss float64
 	lastPrint := time.Time{}
@@ -684,15 +702,35 @@ func (r *run) stage1(ctx context.Context) error {
 	if err := l.Save(ctx, ck); err != nil {
 		return err
 	}
+	served := false
+	if len(held.trajs) > 0 {
+		if len(heldData) > 0 {
+			if vals["held_out_nll_after"], err = skillNLL(ctx, l, heldData); err != nil {
+				return fmt.Errorf("held-out skill NLL after stage 1: %w", err)
+			}
+		}
+		if err := r.serve(ctx, ck); err != nil {
+			return err
+		}
+		served = true
+		if err := r.heldOutAnalysis(ctx, held.trajs, "after", vals); err != nil {
+			return err
+		}
+		vals["held_out"] = float64(len(held.trajs))
+		r.printf("stage 1 held-out (%d trajectories): skill NLL %.3f -> %.3f per token; own analyses parsed %.0f%% -> %.0f%%, with a skill %.0f%% -> %.0f%%\n",
+			len(held.trajs), vals["held_out_nll_before"], vals["held_out_nll_after"], 100*vals["held_out_parse_ok_before"], 100*vals["held_out_parse_ok_after"],
+			100*vals["held_out_skill_share_before"], 100*vals["held_out_skill_share_after"])
+	}
 	withSkill := 0
 	for _, rec := range recs {
 		if rec.Skill != nil {
 			withSkill++
 		}
 	}
-	if err := appendMetrics(r.dir.metrics(), MetricsLine{Kind: "stage1", Time: time.Now(), Values: map[string]float64{
+	maps.Copy(vals, map[string]float64{
 		"episodes": float64(len(trajs)), "skills": float64(withSkill), "sft_examples": float64(len(data)), "sft_final_loss": lastLoss,
-		"seconds": time.Since(start).Seconds(), "success": rollout.Summarize(trajs, 0).Success}}); err != nil {
+		"seconds": time.Since(start).Seconds(), "success": rollout.Summarize(trajs, 0).Success})
+	if err := appendMetrics(r.dir.metrics(), MetricsLine{Kind: "stage1", Time: time.Now(), Values: vals}); err != nil {
 		return err
 	}
 	rel, _ := filepath.Rel(string(r.dir), ck)
@@ -704,7 +742,100 @@ func (r *run) stage1(ctx context.Context) error {
 		return err
 	}
 	r.printf("stage 1: %d trajectories, %d skills, SFT on %d examples (final loss %.3f) in %s\n", len(trajs), withSkill, len(data), lastLoss, time.Since(start).Round(time.Second))
+	if served {
+		return nil
+	}
 	return r.serve(ctx, ck)
+}
+
+// heldOut is stage 1's held-out part: trajectories and their records.
+type heldOut struct {
+	recs  []skills.Record
+	trajs []*rollout.Trajectory
+}
+
+// splitHeldOut keeps the last whole groups of trajs, at least n
+// trajectories, out of stage 1's training (stage1.held_out): what is
+// trained on, and what is held out. n 0 holds nothing out; at least one
+// group is always trained on.
+func splitHeldOut(recs []skills.Record, trajs []*rollout.Trajectory, n int) ([]skills.Record, []*rollout.Trajectory, heldOut) {
+	if n <= 0 {
+		return recs, trajs, heldOut{}
+	}
+	groups := skills.Groups(trajs)
+	ids := map[string]bool{}
+	var h heldOut
+	for gi := len(groups) - 1; gi >= 1 && len(h.trajs) < n; gi-- {
+		for _, t := range groups[gi] {
+			ids[t.ID] = true
+		}
+		h.trajs = append(slices.Clone(groups[gi]), h.trajs...)
+	}
+	var keepRecs []skills.Record
+	for _, rec := range recs {
+		if ids[rec.TrajectoryID] {
+			h.recs = append(h.recs, rec)
+		} else {
+			keepRecs = append(keepRecs, rec)
+		}
+	}
+	var keep []*rollout.Trajectory
+	for _, t := range trajs {
+		if !ids[t.ID] {
+			keep = append(keep, t)
+		}
+	}
+	return keepRecs, keep, h
+}
+
+// heldOutAnalysis has the served policy analyze the held-out trajectories
+// as stage 2 would (greedy, its own analyzer) and records the share whose
+// analysis parsed and the share that gave a skill, under
+// held_out_parse_ok_<when> and held_out_skill_share_<when>.
+func (r *run) heldOutAnalysis(ctx context.Context, trajs []*rollout.Trajectory, when string, vals map[string]float64) error {
+	an := &skills.SelfAnalyzer{Policy: r.policy, MaxTokens: r.cfg.AnalysisTokens, Temperature: 0, K: r.cfg.MaxStepSkills, Snapshot: "stage1-" + when, NoRepair: !r.cfg.AnalysisRepair}
+	recs, err := r.analyze(ctx, an, trajs, "stage 1 held-out ("+when+")", 0)
+	if err != nil {
+		return fmt.Errorf("stage-1 held-out analysis %s fine-tuning: %w", when, err)
+	}
+	parsed, withSkill := 0, 0
+	for _, rec := range recs {
+		if rec.ParseError == "" && rec.Raw != "" {
+			parsed++
+		}
+		if rec.Skill != nil && !rec.Skill.Empty() {
+			withSkill++
+		}
+	}
+	vals["held_out_parse_ok_"+when] = float64(parsed) / float64(max(1, len(recs)))
+	vals["held_out_skill_share_"+when] = float64(withSkill) / float64(max(1, len(trajs)))
+	return nil
+}
+
+// skillNLL is the mean NLL per trained token of examples under l's
+// current weights.
+func skillNLL(ctx context.Context, l Learner, examples []SFTExample) (float64, error) {
+	seqs := make([][]int, len(examples))
+	for i, ex := range examples {
+		seqs[i] = ex.IDs
+	}
+	lps, err := l.Rescore(ctx, seqs)
+	if err != nil {
+		return 0, err
+	}
+	sum, n := 0.0, 0
+	for i, ex := range examples {
+		for k := 1; k < len(ex.IDs) && k < len(lps[i]); k++ {
+			if ex.Loss[k] {
+				sum -= float64(lps[i][k])
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return 0, errors.New("no trained tokens")
+	}
+	return sum / float64(n), nil
 }
 
 func (r *run) stage1Analyzer() (skills.Analyzer, error) {

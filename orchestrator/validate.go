@@ -309,6 +309,11 @@ func (s Stage1Config) rules(sft bool) []rule {
 				return bad("stage1.targets", s.Targets, fmt.Sprintf("want %q or %q", TargetsAll, TargetsEpisode))
 			})
 		}},
+		{key: "stage1.held_out", check: func() error {
+			return when(s.HeldOut < 0 || (sft && s.HeldOut > 0 && s.HeldOut >= s.Episodes), func() error {
+				return bad("stage1.held_out", s.HeldOut, fmt.Sprintf("must be >= 0 and below stage1.episodes (%d): some trajectories must be trained on", s.Episodes))
+			})
+		}},
 		{key: "stage1.acting_replay", check: func() error {
 			return when(s.ActingReplay < 0, func() error { return bad("stage1.acting_replay", s.ActingReplay, "must be >= 0") })
 		}},

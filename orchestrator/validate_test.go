@@ -68,6 +68,7 @@ var ruleCases = map[string]func(c *Config){
 	"stage1.batch_tokens":   func(c *Config) { c.Stage1.BatchTokens = c.Stage1.MaxLen - 1 },
 	"stage1.targets":        func(c *Config) { c.Stage1.Targets = "steps" },
 	"stage1.acting_replay":  func(c *Config) { c.Stage1.ActingReplay = -1 },
+	"stage1.held_out":       func(c *Config) { c.Stage1.HeldOut = c.Stage1.Episodes },
 	"stage1.temperature":    func(c *Config) { c.Stage1.Temperature = -0.5 },
 	"stage1.window":         func(c *Config) { c.Stage1.Window = -1 },
 	"stage1.max_steps":      func(c *Config) { c.Stage1.MaxSteps = -1 },

@@ -57,7 +57,7 @@ func checkRunFolder(what, dir string) error {
 var runFlagKeys = []struct{ flag, key string }{
 	{"algo", "algo "}, {"iterations", "iterations "}, {"tasks", "tasks_per_iteration "}, {"group", "group_size "},
 	{"data-share", "data_share "}, {"train-tasks", "train_tasks "}, {"eval-episodes", "eval.episodes "}, {"eval-every", "eval.every "},
-	{"plateau-patience", "plateau_patience "}, {"stage1-episodes", "stage1.episodes "}, {"lr", "lr "}, {"max-steps", "max_steps "},
+	{"plateau-patience", "plateau_patience "}, {"stage1-episodes", "stage1.episodes "}, {"stage1-held-out", "stage1.held_out "}, {"lr", "lr "}, {"max-steps", "max_steps "},
 	{"lambda", "lambda "}, {"beta", "beta "},
 	{"name", "name "}, {"model", "model "},
 }

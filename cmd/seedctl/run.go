@@ -148,6 +148,7 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "eval-every", Usage: "evaluate every this many iterations too (0: at the start and the end only)"},
 			&cli.IntFlag{Name: "plateau-patience", Usage: "stop when eval-seen success has not beaten its best for this many evaluations (with --eval-every; --iterations is then the most it runs)"},
 			&cli.IntFlag{Name: "stage1-episodes", Usage: "trajectories analyzed for stage 1"},
+			&cli.IntFlag{Name: "stage1-held-out", Usage: "keep at least this many stage-1 trajectories (whole groups) out of its fine-tuning and measure on them, before and after, the analyzer's skill NLL and the share of the policy's own analyses that parse (stage1.held_out)"},
 			&cli.Float64Flag{Name: "lr", Usage: "stage-2 learning rate"},
 			&cli.Float64Flag{Name: "lambda", Usage: "λ, the weight of the gated distillation loss (paper: 0.01)"},
 			&cli.Float64Flag{Name: "beta", Usage: "β of the gate σ(β·Δ) (paper: 5)"},
@@ -287,6 +288,9 @@ func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) error {
 	}
 	if v := c.Int("stage1-episodes"); c.IsSet("stage1-episodes") {
 		cfg.Stage1.Episodes = v
+	}
+	if v := c.Int("stage1-held-out"); c.IsSet("stage1-held-out") {
+		cfg.Stage1.HeldOut = v
 	}
 	if v := c.Float64("lr"); c.IsSet("lr") {
 		cfg.RL.LR = v

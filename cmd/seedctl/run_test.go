@@ -58,6 +58,7 @@ func TestRunEndToEndTinyModel(t *testing.T) {
 	t.Parallel() // an end-to-end run: mostly waiting on its processes and servers
 	cfg := tinyRunConfig(t, orchestrator.AlgoSEED)
 	cfg.Eval.SampledTemperature = 1
+	cfg.Stage1.HeldOut = 2 // one whole group of 3 of the 6
 	var backend inference.Backend
 	open := openBackendFor(cfg.Backend, cfg.RL.DType, 0, zerolog.Nop())
 	probe := []int{5, 17, 3, 88, 41, 9}
@@ -106,6 +107,26 @@ func TestRunEndToEndTinyModel(t *testing.T) {
 	}
 	iters := 0
 	for _, l := range lines {
+		if l.Kind == "stage1" {
+			// Measured on the held-out group before and after stage 1.
+			v := l.Values
+			if v["held_out"] != 3 {
+				t.Errorf("stage 1 held out %v trajectories, want one group of 3", v["held_out"])
+			}
+			for _, w := range []string{"before", "after"} {
+				if nll := v["held_out_nll_"+w]; !(nll > 0) || math.IsInf(nll, 0) {
+					t.Errorf("held-out skill NLL %s stage 1: %v", w, nll)
+				}
+				for _, k := range []string{"held_out_parse_ok_", "held_out_skill_share_"} {
+					if x, ok := v[k+w]; !ok || x < 0 || x > 1 {
+						t.Errorf("%s%s: %v (recorded %v)", k, w, x, ok)
+					}
+				}
+			}
+			if v["held_out_nll_before"] == v["held_out_nll_after"] {
+				t.Errorf("the held-out NLL did not move in stage 1 (%v)", v["held_out_nll_after"])
+			}
+		}
 		if l.Kind == "iteration" {
 			iters++
 			for _, key := range []string{"loss", "grpo_loss", "kl", "grad_norm", "entropy", "rollout_s", "update_s"} {
