@@ -200,6 +200,10 @@ func (l *gotchLearner) SFT(ctx context.Context, data []orchestrator.SFTExample, 
 	}
 	cfg := trainer.DefaultSFTConfig()
 	cfg.Epochs, cfg.LR, cfg.BatchTokens, cfg.MicroBatchTokens, cfg.MaxLen, cfg.Seed = o.Epochs, o.LR, o.BatchTokens, o.MicroBatchTokens, o.MaxLen, o.Seed
+	if o.Beta2 > 0 { // options from the orchestrator's stage1.optimizer; zero values keep the defaults
+		cfg.Beta2, cfg.WarmupFrac, cfg.MinLRFrac = o.Beta2, o.WarmupFrac, o.MinLRFrac
+	}
+	cfg.BatchSequences, cfg.SequenceMean = o.BatchSequences, o.SequenceMean
 	cfg.Pack = true
 	return trainer.TrainSFTDist(ctx, l.m, ex, cfg, l.g, func(p trainer.SFTProgress) {
 		if progress != nil {

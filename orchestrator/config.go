@@ -11,6 +11,7 @@ package orchestrator
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -225,6 +226,33 @@ type Stage1Config struct {
 	// own analyses that parse and give a skill (greedy, as in stage 2).
 	// 0: no measurement, every trajectory trained on.
 	HeldOut int `json:"held_out,omitempty"`
+	// Optimizer is stage 1's schedule and batching: "ours" (the default:
+	// AdamW β2 0.999, 5% warm-up, cosine to 0.1·lr, length-sorted batches
+	// of batch_tokens with one token mean) or "public" (the public SEED
+	// code's verl sft_trainer.yaml: β2 0.95, 10% warm-up, cosine to 0,
+	// batch_sequences examples per step in shuffled order, the mean of
+	// their per-example token means).
+	Optimizer string `json:"optimizer,omitempty"`
+	// BatchSequences is "public"'s examples per step (0: 8, the public
+	// launchers' micro-batch of 8 sequences).
+	BatchSequences int `json:"batch_sequences,omitempty"`
+}
+
+// Stage-1 optimizers (Stage1Config.Optimizer).
+const (
+	Stage1OptimizerOurs   = "ours"
+	Stage1OptimizerPublic = "public"
+)
+
+// sftOptions is stage 1's fine-tuning as the learner takes it.
+func (s Stage1Config) sftOptions(seed int64) SFTOptions {
+	o := SFTOptions{Epochs: s.Epochs, LR: s.LR, BatchTokens: s.BatchTokens, MicroBatchTokens: s.MicroBatchTokens, MaxLen: s.MaxLen, Seed: uint64(seed),
+		Beta2: 0.999, WarmupFrac: 0.05, MinLRFrac: 0.1}
+	if s.Optimizer == Stage1OptimizerPublic {
+		o.Beta2, o.WarmupFrac, o.MinLRFrac, o.SequenceMean = 0.95, 0.1, 0, true
+		o.BatchSequences = cmp.Or(s.BatchSequences, 8)
+	}
+	return o
 }
 
 // Row dropping (RLConfig.DropFlat).
@@ -1096,16 +1124,25 @@ func (c Config) Recipe() []string {
 		add("stage 1: %d trajectories, targets %s%s, %g epochs, lr %g%s, examples up to %d tokens, acting replay %g per skill example%s, analyzer %s",
 			c.Stage1.Episodes, c.Stage1.Targets, src(c.Stage1.Targets == TargetsEpisode, "public code"), c.Stage1.Epochs, c.Stage1.LR, src(c.Stage1.LR == 5e-6, "public SFT launcher"), c.Stage1.MaxLen,
 			c.Stage1.ActingReplay, src(c.Stage1.ActingReplay == 0, "public code"), c.Stage1.Analyzer.Kind)
+		if c.Stage1.Optimizer == Stage1OptimizerPublic {
+			o := c.Stage1.sftOptions(0)
+			add("stage 1 optimizer: AdamW β2 %g, %g%% warm-up, cosine to 0, %d sequences per step, the mean of their token means (public sft_trainer.yaml)", o.Beta2, 100*o.WarmupFrac, o.BatchSequences)
+		} else {
+			add("stage 1 optimizer: AdamW β2 0.999, 5%% warm-up, cosine to 0.1·lr, length-sorted batches of %d tokens, one token mean (ours; public sft_trainer.yaml: β2 0.95, 10%% warm-up, cosine to 0, 8 sequences per step, the mean of their token means: stage1.optimizer public)", c.Stage1.BatchTokens)
+		}
+		if c.Stage1.HeldOut > 0 {
+			add("stage 1 held out: at least %d trajectories (whole groups), measured before and after the fine-tuning (ours)", c.Stage1.HeldOut)
+		}
 		s1 := c.stage1RolloutConfig(0)
 		steps := "the env's"
 		if s1.MaxSteps > 0 {
 			steps = fmt.Sprint(s1.MaxSteps)
 		}
-		if hasRef {
+		if sref, ok := publicSFTReference(c.Env.Name); ok {
 			add("stage 1 collection: T=%g, window %d, at most %s steps%s; %d trajectories%s, %g epochs%s, examples up to %d tokens%s", s1.Temperature, s1.Window, steps,
-				src(s1.Temperature == ref.stage1Temp && s1.Window == ref.stage1Window && s1.MaxSteps == ref.stage1MaxSteps, ref.sft),
-				c.Stage1.Episodes, src(c.Stage1.Episodes == ref.stage1Eps, ref.sft), c.Stage1.Epochs, src(c.Stage1.Epochs == ref.stage1Epochs, ref.sft),
-				c.Stage1.MaxLen, src(c.Stage1.MaxLen == ref.stage1MaxLen, ref.sft))
+				src(s1.Temperature == sref.stage1Temp && s1.Window == sref.stage1Window && s1.MaxSteps == sref.stage1MaxSteps, sref.sft),
+				c.Stage1.Episodes, src(c.Stage1.Episodes == sref.stage1Eps, sref.sft), c.Stage1.Epochs, src(c.Stage1.Epochs == sref.stage1Epochs, sref.sft),
+				c.Stage1.MaxLen, src(c.Stage1.MaxLen == sref.stage1MaxLen, sref.sft))
 		} else {
 			add("stage 1 collection: T=%g, window %d, at most %s steps%s", s1.Temperature, s1.Window, steps,
 				src(s1.Temperature == 0.4 && s1.Window == 5 && s1.MaxSteps == 30, "public SFT launchers"))

@@ -50,6 +50,15 @@ type SFTOptions struct {
 	MicroBatchTokens int
 	MaxLen           int
 	Seed             uint64
+	// The schedule and optimizer (stage1.optimizer): AdamW's β2, the
+	// share of warm-up steps, the cosine's floor as a share of LR; with
+	// BatchSequences > 0, steps of that many examples in shuffled order,
+	// and SequenceMean averages the examples' mean NLLs.
+	Beta2          float64 `json:",omitempty"`
+	WarmupFrac     float64 `json:",omitempty"`
+	MinLRFrac      float64 `json:",omitempty"`
+	BatchSequences int     `json:",omitempty"`
+	SequenceMean   bool    `json:",omitempty"`
 }
 
 // StepStats are one optimizer step's metrics, by name (loss, grpo_loss,

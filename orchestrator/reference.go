@@ -44,3 +44,25 @@ func publicReference(env string) (publicRef, bool) {
 	}
 	return publicRef{}, false
 }
+
+// webshopSFT: scripts/sft/webshop/{prepare_data,train_sft}.sh and
+// scripts/sft/_common/trainer.sh (180 goals × 8 rollouts at T 0.4,
+// history 2, 15 steps; 3 epochs at lr 5e-6, sequences up to 12,288
+// tokens). Its RL launcher's values are not read here: only stage 1's
+// line takes this reference.
+var webshopSFT = publicRef{
+	sft:        "public WebShop SFT scripts",
+	stage1Temp: 0.4, stage1Window: 2, stage1MaxSteps: 15, stage1Eps: 180 * 8, stage1Epochs: 3, stage1MaxLen: 12288, stage1LR: 5e-6,
+}
+
+// publicSFTReference is env's public stage-1 scripts' values (the
+// stage-1 fields of a publicRef).
+func publicSFTReference(env string) (publicRef, bool) {
+	switch env {
+	case "searchqa":
+		return searchRef, true
+	case "webshop":
+		return webshopSFT, true
+	}
+	return publicRef{}, false
+}

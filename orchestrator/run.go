@@ -687,7 +687,7 @@ func (r *run) stage1(ctx context.Context) error {
 	s1 := r.cfg.Stage1
 	var lastLoss float64
 	lastPrint := time.Time{}
-	err = l.SFT(ctx, data, SFTOptions{Epochs: s1.Epochs, LR: s1.LR, BatchTokens: s1.BatchTokens, MicroBatchTokens: s1.MicroBatchTokens, MaxLen: s1.MaxLen, Seed: uint64(r.cfg.Seed)},
+	err = l.SFT(ctx, data, s1.sftOptions(r.cfg.Seed),
 		func(step, steps int, loss float64) {
 			lastLoss = loss
 			if time.Since(lastPrint) > 2*time.Second || step == steps {

@@ -314,6 +314,14 @@ func (s Stage1Config) rules(sft bool) []rule {
 				return bad("stage1.held_out", s.HeldOut, fmt.Sprintf("must be >= 0 and below stage1.episodes (%d): some trajectories must be trained on", s.Episodes))
 			})
 		}},
+		{key: "stage1.optimizer", check: func() error {
+			return when(s.Optimizer != "" && s.Optimizer != Stage1OptimizerOurs && s.Optimizer != Stage1OptimizerPublic, func() error {
+				return bad("stage1.optimizer", s.Optimizer, fmt.Sprintf("want %q or %q", Stage1OptimizerOurs, Stage1OptimizerPublic))
+			})
+		}},
+		{key: "stage1.batch_sequences", check: func() error {
+			return when(s.BatchSequences < 0, func() error { return bad("stage1.batch_sequences", s.BatchSequences, "must be >= 0 (0: 8)") })
+		}},
 		{key: "stage1.acting_replay", check: func() error {
 			return when(s.ActingReplay < 0, func() error { return bad("stage1.acting_replay", s.ActingReplay, "must be >= 0") })
 		}},

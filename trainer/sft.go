@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"time"
 	"unsafe"
@@ -124,6 +125,17 @@ type SFTConfig struct {
 	// Pack puts several short examples into one row (each attends only to
 	// itself, positions restart), so little compute goes to padding.
 	Pack bool `json:",omitempty"`
+	// Beta2 is AdamW's second-moment decay (0: 0.999).
+	Beta2 float64 `json:",omitempty"`
+	// BatchSequences, when positive, makes each optimizer step this many
+	// examples drawn in shuffled order (examples of every length mixed, as
+	// verl's SFT trainer batches) instead of length-sorted batches of
+	// BatchTokens padded tokens; BatchTokens then bounds one forward.
+	BatchSequences int `json:",omitempty"`
+	// SequenceMean makes a step's loss the (weighted) mean over its
+	// examples of each example's mean NLL per trained token (verl's SFT
+	// loss), instead of the mean over all the step's trained tokens.
+	SequenceMean bool `json:",omitempty"`
 }
 
 // DefaultSFTConfig suits tiny models on CPU.
@@ -144,6 +156,10 @@ func (c SFTConfig) Validate() error {
 		return fmt.Errorf("sft config: max_refusals %d must be at least 1", c.MaxRefusals)
 	case c.MicroBatchTokens < 0:
 		return fmt.Errorf("sft config: micro_batch_tokens %d must not be negative", c.MicroBatchTokens)
+	case c.Beta2 < 0 || c.Beta2 >= 1:
+		return fmt.Errorf("sft config: beta2 %v must be in [0, 1) (0: 0.999)", c.Beta2)
+	case c.BatchSequences < 0:
+		return fmt.Errorf("sft config: batch_sequences %d must not be negative", c.BatchSequences)
 	}
 	return nil
 }
@@ -184,6 +200,13 @@ const (
 // learned a copy task half as well (each batch then teaches one length).
 func (c SFTConfig) batches(data []SFTExample, r *rand.Rand) [][]int {
 	order := r.Perm(len(data))
+	if c.BatchSequences > 0 {
+		var out [][]int
+		for lo := 0; lo < len(order); lo += c.BatchSequences {
+			out = append(out, order[lo:min(lo+c.BatchSequences, len(order))])
+		}
+		return out
+	}
 	length := func(i int) int { return len(data[i].IDs) }
 	for lo := 0; lo < len(order); lo += bucketSize {
 		b := order[lo:min(lo+bucketSize, len(order))]
@@ -230,6 +253,19 @@ func trainSFT(ctx context.Context, m *Model, data []SFTExample, cfg SFTConfig, g
 	opt, err := m.NewAdamW(cfg.LR, cfg.WeightDecay)
 	if err != nil {
 		return err
+	}
+	if cfg.Beta2 > 0 {
+		opt.beta2 = cfg.Beta2
+	}
+	if cfg.SequenceMean {
+		// Weight w/n for an example of n trained tokens: the step's
+		// weighted token mean becomes the mean of the examples' means.
+		data = slices.Clone(data)
+		for i := range data {
+			if n := data[i].trained(); n > 0 {
+				data[i].Weight = data[i].weight() / float64(n)
+			}
+		}
 	}
 	if g != nil {
 		if err := m.BroadcastParams(g, 0); err != nil {

@@ -235,3 +235,58 @@ func TestSFTWeightIsCopies(t *testing.T) {
 		t.Error("a negative weight accepted")
 	}
 }
+
+// SequenceMean (verl's SFT loss) makes a step's loss the mean of its
+// examples' own mean NLLs, and BatchSequences steps of that many examples
+// in shuffled order.
+func TestSFTSequenceMeanAndBatchSequences(t *testing.T) {
+	data := copyTask(4, 5)
+	cfg := DefaultSFTConfig()
+	cfg.BatchTokens, cfg.MaxLen = 4096, 32
+	var want float64
+	for i := range data {
+		m, _ := newTiny(t, ArchQwen2, 21)
+		l, err := cfg.accumulate(m, data, []int{i}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want += l / float64(len(data))
+	}
+	m, _ := newTiny(t, ArchQwen2, 21)
+	tokenMean, err := cfg.accumulate(m, data, []int{0, 1, 2, 3}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := cfg
+	seq.SequenceMean, seq.BatchSequences, seq.LR, seq.Beta2 = true, 4, 1e-12, 0.95
+	var got []float64
+	m, _ = newTiny(t, ArchQwen2, 21)
+	if err := TrainSFT(context.Background(), m, data, seq, func(p SFTProgress) { got = append(got, p.Loss) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || math.Abs(got[0]-want) > 1e-5 {
+		t.Errorf("sequence mean: step losses %v, want one step of %v (the token mean is %v)", got, want, tokenMean)
+	}
+	if math.Abs(tokenMean-want) < 1e-4 {
+		t.Fatalf("the test's examples give the same token and sequence means (%v)", want)
+	}
+	seq.BatchSequences = 3
+	bs := seq.batches(copyTask(10, 4), rand.New(rand.NewPCG(1, 2)))
+	seen := map[int]bool{}
+	for k, b := range bs {
+		if len(b) != 3 && !(k == len(bs)-1 && len(b) == 1) {
+			t.Errorf("batch %d has %d examples, want 3 (the last 1)", k, len(b))
+		}
+		for _, i := range b {
+			seen[i] = true
+		}
+	}
+	if len(bs) != 4 || len(seen) != 10 {
+		t.Errorf("%d batches covering %d of 10 examples", len(bs), len(seen))
+	}
+	bad := seq
+	bad.Beta2 = 1
+	if bad.Validate() == nil {
+		t.Error("beta2 1 accepted")
+	}
+}
