@@ -789,14 +789,18 @@ func splitHeldOut(recs []skills.Record, trajs []*rollout.Trajectory, n int) ([]s
 }
 
 // heldOutAnalysis has the served policy analyze the held-out trajectories
-// as stage 2 would (greedy, its own analyzer) and records the share whose
-// analysis parsed and the share that gave a skill, under
-// held_out_parse_ok_<when> and held_out_skill_share_<when>.
+// as stage 2 would (greedy, its own analyzer), keeps the analyses in
+// skills/stage1-held-out-<when>.jsonl and records the share whose analysis
+// parsed and the share that gave a skill, under held_out_parse_ok_<when>
+// and held_out_skill_share_<when>.
 func (r *run) heldOutAnalysis(ctx context.Context, trajs []*rollout.Trajectory, when string, vals map[string]float64) error {
 	an := &skills.SelfAnalyzer{Policy: r.policy, MaxTokens: r.cfg.AnalysisTokens, Temperature: 0, K: r.cfg.MaxStepSkills, Snapshot: "stage1-" + when, NoRepair: !r.cfg.AnalysisRepair}
 	recs, err := r.analyze(ctx, an, trajs, "stage 1 held-out ("+when+")", 0)
 	if err != nil {
 		return fmt.Errorf("stage-1 held-out analysis %s fine-tuning: %w", when, err)
+	}
+	if err := skills.WriteStore(r.dir.path("skills", "stage1-held-out-"+when+".jsonl"), recs); err != nil {
+		return err
 	}
 	parsed, withSkill := 0, 0
 	for _, rec := range recs {

@@ -123,6 +123,11 @@ func TestRunEndToEndTinyModel(t *testing.T) {
 					}
 				}
 			}
+			for _, f := range []string{"skills/stage1-held-out-before.jsonl", "skills/stage1-held-out-after.jsonl"} {
+				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+					t.Errorf("the held-out analyses: %v", err)
+				}
+			}
 			if v["held_out_nll_before"] == v["held_out_nll_after"] {
 				t.Errorf("the held-out NLL did not move in stage 1 (%v)", v["held_out_nll_after"])
 			}
