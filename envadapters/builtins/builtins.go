@@ -4,6 +4,7 @@
 package builtins
 
 import (
+	_ "github.com/seedctl/seedctl/envadapters/agentgym"  // registers "textcraft-sim"
 	_ "github.com/seedctl/seedctl/envadapters/household" // registers "household"
 	_ "github.com/seedctl/seedctl/envadapters/searchqa"  // registers "searchqa"
 	_ "github.com/seedctl/seedctl/envadapters/webshop"   // registers "webshop"
