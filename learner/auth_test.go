@@ -70,17 +70,7 @@ func TestAcceptRanksIgnoresHostilePeers(t *testing.T) {
 	old := handshakeTimeout
 	handshakeTimeout = 2 * time.Second
 	defer func() { handshakeTimeout = old }()
-	addr := make(chan string, 1)
-	type result struct {
-		ps  []*rankProc
-		err error
-	}
-	res := make(chan result, 1)
-	go func() {
-		ps, err := acceptRanks(DistOptions{NProc: 1, World: 2, Listen: "127.0.0.1:0", Timeout: time.Minute, Listening: func(a string) { addr <- a }}, 1, zerolog.Nop())
-		res <- result{ps, err}
-	}()
-	at := <-addr
+	at, res := startAccept(2, 1)
 	var hostile []net.Conn
 	for range 5 { // idle connections
 		c, err := net.Dial("tcp", at)
@@ -185,17 +175,7 @@ func TestRanksJoinThroughAFlood(t *testing.T) {
 	} else if c != nil {
 		c.Close()
 	}
-	addr := make(chan string, 1)
-	type result struct {
-		ps  []*rankProc
-		err error
-	}
-	res := make(chan result, 1)
-	go func() {
-		ps, err := acceptRanks(DistOptions{NProc: 1, World: 5, Listen: "127.0.0.1:0", Timeout: time.Minute, Listening: func(a string) { addr <- a }}, 4, zerolog.Nop())
-		res <- result{ps, err}
-	}()
-	at := <-addr
+	at, res := startAccept(5, 4)
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for range 40 {
@@ -246,4 +226,22 @@ func TestRanksJoinThroughAFlood(t *testing.T) {
 		p.stop()
 	}
 	t.Logf("4 ranks joined through the flood in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// acceptResult is what acceptRanks returned.
+type acceptResult struct {
+	ps  []*rankProc
+	err error
+}
+
+// startAccept runs acceptRanks for n ranks of a world on a loopback port
+// in the background: the address it listens on, and its result to come.
+func startAccept(world, n int) (string, <-chan acceptResult) {
+	addr := make(chan string, 1)
+	res := make(chan acceptResult, 1)
+	go func() {
+		ps, err := acceptRanks(DistOptions{NProc: 1, World: world, Listen: "127.0.0.1:0", Timeout: time.Minute, Listening: func(a string) { addr <- a }}, n, zerolog.Nop())
+		res <- acceptResult{ps, err}
+	}()
+	return <-addr, res
 }

@@ -802,18 +802,26 @@ func (r *run) heldOutAnalysis(ctx context.Context, trajs []*rollout.Trajectory, 
 	if err := skills.WriteStore(r.dir.path("skills", "stage1-held-out-"+when+".jsonl"), recs); err != nil {
 		return err
 	}
-	parsed, withSkill := 0, 0
+	withSkill := 0
 	for _, rec := range recs {
-		if rec.ParseError == "" && rec.Raw != "" {
-			parsed++
-		}
 		if rec.Skill != nil && !rec.Skill.Empty() {
 			withSkill++
 		}
 	}
-	vals["held_out_parse_ok_"+when] = float64(parsed) / float64(max(1, len(recs)))
+	vals["held_out_parse_ok_"+when] = parseShare(recs)
 	vals["held_out_skill_share_"+when] = float64(withSkill) / float64(max(1, len(trajs)))
 	return nil
+}
+
+// parseShare is the share of analyses that were written and parsed.
+func parseShare(recs []skills.Record) float64 {
+	parsed := 0
+	for _, rec := range recs {
+		if rec.ParseError == "" && rec.Raw != "" {
+			parsed++
+		}
+	}
+	return float64(parsed) / float64(max(1, len(recs)))
 }
 
 // skillNLL is the mean NLL per trained token of examples under l's
@@ -1142,17 +1150,13 @@ func (r *run) iterate(ctx context.Context, k int) error {
 			return err
 		}
 		mode, _ := skills.ParseMode(r.cfg.SkillMode)
-		parsed := 0
 		for _, rec := range recs {
-			if rec.ParseError == "" && rec.Raw != "" {
-				parsed++
-			}
 			if rec.Skill != nil && !rec.Skill.Empty() {
 				sks[rec.TrajectoryID] = mode.Apply(rec.Skill)
 			}
 		}
 		vals["skill_share"] = float64(len(sks)) / float64(max(1, len(trajs)))
-		vals["skill_parse_ok"] = float64(parsed) / float64(max(1, len(recs)))
+		vals["skill_parse_ok"] = parseShare(recs)
 		gen, prompt, err := r.analysisTokens(recs)
 		if err != nil {
 			return err

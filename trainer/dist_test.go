@@ -126,6 +126,19 @@ func TestProcessGroupCollectives(t *testing.T) {
 	}
 }
 
+// sumOfTwo all-reduces rank+1 over a group of two and checks the sum.
+func sumOfTwo(g *ProcessGroup) error {
+	x := ts.MustOfSlice([]float32{float32(g.Rank() + 1)})
+	defer drop(x)
+	if err := g.AllReduceSum([]*ts.Tensor{x}); err != nil {
+		return err
+	}
+	if v := x.Float64Values()[0]; v != 3 {
+		return fmt.Errorf("sum %v, want 3", v)
+	}
+	return nil
+}
+
 // With the rendezvous at a host address (several hosts), each rank's Gloo
 // device is its own host's (GLOO_SOCKET_IFNAME's interface, or what its
 // name resolves to), not the master's address: the collectives work both
@@ -150,17 +163,7 @@ func TestProcessGroupAtAHostAddress(t *testing.T) {
 	for _, ifname := range []string{"", iface} {
 		t.Run("GLOO_SOCKET_IFNAME="+ifname, func(t *testing.T) {
 			t.Setenv("GLOO_SOCKET_IFNAME", ifname)
-			errs := onRanksAt(t, addr, 2, func(g *ProcessGroup) error {
-				x := ts.MustOfSlice([]float32{float32(g.Rank() + 1)})
-				defer drop(x)
-				if err := g.AllReduceSum([]*ts.Tensor{x}); err != nil {
-					return err
-				}
-				if v := x.Float64Values()[0]; v != 3 {
-					return fmt.Errorf("sum %v, want 3", v)
-				}
-				return nil
-			})
+			errs := onRanksAt(t, addr, 2, sumOfTwo)
 			for r, err := range errs {
 				if err != nil {
 					t.Errorf("rank %d at %s: %v", r, addr, err)
@@ -637,13 +640,8 @@ func TestOneHostRendezvousListensOnLoopbackOnly(t *testing.T) {
 		var mu sync.Mutex
 		var seen []string
 		errs := onRanksWith(t, "127.0.0.1", port, store, 2, func(g *ProcessGroup) error {
-			x := ts.MustOfSlice([]float32{float32(g.Rank() + 1)})
-			defer drop(x)
-			if err := g.AllReduceSum([]*ts.Tensor{x}); err != nil {
+			if err := sumOfTwo(g); err != nil {
 				return err
-			}
-			if v := x.Float64Values()[0]; v != 3 {
-				return fmt.Errorf("sum %v, want 3", v)
 			}
 			mu.Lock()
 			seen = append(seen, listening()...)
