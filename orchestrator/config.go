@@ -656,9 +656,14 @@ type Config struct {
 	// it). Off in the embedded default: the tiny household model repaired
 	// none of 583 such answers over the v11 bench's SEED runs, and the
 	// round wrote more tokens than the analysis itself.
-	AnalysisRepair bool       `json:"analysis_repair"`
-	RL             RLConfig   `json:"rl"`
-	Eval           EvalConfig `json:"eval"`
+	AnalysisRepair bool `json:"analysis_repair"`
+	// AnalysisMinWords: skill texts with fewer words count as no skill (0:
+	// skills.MinSkillWords, 5, the public code's hosted-analyzer test and
+	// the embedded default's; the GPU presets 1: the public launchers'
+	// policy_vllm self-analysis keeps any non-empty skill).
+	AnalysisMinWords int        `json:"analysis_min_skill_words,omitempty"`
+	RL               RLConfig   `json:"rl"`
+	Eval             EvalConfig `json:"eval"`
 	// RescoreMaxTokens bounds the padded tokens of one rescoring forward.
 	RescoreMaxTokens int `json:"rescore_max_tokens"`
 	// RetryFor bounds retrying a failing server or environment call.
@@ -839,6 +844,23 @@ func (c Config) UsesSFT() bool { return c.Algo == AlgoSEED || c.Algo == AlgoRand
 // UsesStage1Analyzer says whether the run calls the stage-1 analyzer: to
 // label stage 1's SFT data, or as static-skill's frozen skill writer.
 func (c Config) UsesStage1Analyzer() bool { return c.UsesSFT() || c.Algo == AlgoStaticSkill }
+
+// UsesSelfAnalysis says whether the policy writes stage 2's skills.
+func (c Config) UsesSelfAnalysis() bool {
+	switch c.Algo {
+	case AlgoSEED, AlgoSEEDNoSFT, AlgoRandomSkill:
+		return true
+	}
+	return false
+}
+
+// analysisMinWords is the self-analysis' minimum skill length in words.
+func (c Config) analysisMinWords() int {
+	if c.AnalysisMinWords <= 0 {
+		return skills.MinSkillWords
+	}
+	return c.AnalysisMinWords
+}
 
 // Distills says whether stage 2 has a distillation term.
 func (c Config) Distills() bool { return c.Algo != AlgoGRPO }
@@ -1116,9 +1138,16 @@ func (c Config) Recipe() []string {
 		add("skills in teacher contexts: one line after the task line, step advice before the action request (ours: what the tiny bases read)")
 	}
 	if c.SkillMode == string(skills.EpisodeOnly) {
-		add("skill mode %s (public code): the analysis asks for episode_summary and episode_skill alone, no critical steps; one JSON retry, also for a skill under %d words (ours: the public launchers' policy_vllm analysis generates once, greedy, up to 4,096 tokens, and keeps any non-empty skill)", c.SkillMode, skills.MinSkillWords)
+		add("skill mode %s (public code): the analysis asks for episode_summary and episode_skill alone, no critical steps", c.SkillMode)
 	} else {
 		add("skill mode %s, critical steps %s%s (K %d)", c.SkillMode, c.CriticalSteps, src(c.CriticalSteps == CriticalLLM, "public code"), c.MaxStepSkills)
+	}
+	if c.UsesSelfAnalysis() {
+		add("self-analysis: greedy, up to %d tokens%s, %s, skills of %s%s; answers read as the public parser reads them (fences, trailing commas, Python-literal dicts) (public code)",
+			c.AnalysisTokens, src(c.AnalysisTokens == 4096, "public launchers"),
+			map[bool]string{true: "one repair round for an answer without a usable skill (the public hosted-analyzer path's retry)", false: "no repair round" + src(true, "public launchers' policy_vllm")}[c.AnalysisRepair],
+			map[bool]string{true: "any length", false: fmt.Sprintf("%d words or more", c.analysisMinWords())}[c.analysisMinWords() <= 1],
+			map[bool]string{true: " (public launchers' policy_vllm)", false: " (public hosted-analyzer path)"}[c.analysisMinWords() <= 1])
 	}
 	if c.UsesSFT() {
 		add("stage 1: %d trajectories, targets %s%s, %g epochs, lr %g%s, examples up to %d tokens, acting replay %g per skill example%s, analyzer %s",

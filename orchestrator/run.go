@@ -794,7 +794,7 @@ func splitHeldOut(recs []skills.Record, trajs []*rollout.Trajectory, n int) ([]s
 // parsed and the share that gave a skill, under held_out_parse_ok_<when>
 // and held_out_skill_share_<when>.
 func (r *run) heldOutAnalysis(ctx context.Context, trajs []*rollout.Trajectory, when string, vals map[string]float64) error {
-	an := &skills.SelfAnalyzer{Policy: r.policy, MaxTokens: r.cfg.AnalysisTokens, Temperature: 0, K: r.cfg.MaxStepSkills, Snapshot: "stage1-" + when, NoRepair: !r.cfg.AnalysisRepair}
+	an := &skills.SelfAnalyzer{Policy: r.policy, MaxTokens: r.cfg.AnalysisTokens, Temperature: 0, K: r.cfg.MaxStepSkills, Snapshot: "stage1-" + when, NoRepair: !r.cfg.AnalysisRepair, MinWords: r.cfg.analysisMinWords()}
 	recs, err := r.analyze(ctx, an, trajs, "stage 1 held-out ("+when+")", 0)
 	if err != nil {
 		return fmt.Errorf("stage-1 held-out analysis %s fine-tuning: %w", when, err)
@@ -1349,7 +1349,7 @@ func (r *run) iterationAnalyzer(k int) (skills.Analyzer, error) {
 		}
 		return r.transfer, nil
 	default:
-		return &skills.SelfAnalyzer{Policy: r.policy, MaxTokens: r.cfg.AnalysisTokens, Temperature: 0, K: r.cfg.MaxStepSkills, Snapshot: fmt.Sprintf("iter-%d", k-1), NoRepair: !r.cfg.AnalysisRepair}, nil
+		return &skills.SelfAnalyzer{Policy: r.policy, MaxTokens: r.cfg.AnalysisTokens, Temperature: 0, K: r.cfg.MaxStepSkills, Snapshot: fmt.Sprintf("iter-%d", k-1), NoRepair: !r.cfg.AnalysisRepair, MinWords: r.cfg.analysisMinWords()}, nil
 	}
 }
 

@@ -134,6 +134,11 @@ func (c Config) topRules() []rule {
 		{key: "analysis_max_tokens", check: func() error {
 			return when(c.AnalysisTokens < 16, func() error { return bad("analysis_max_tokens", c.AnalysisTokens, "must be >= 16") })
 		}},
+		{key: "analysis_min_skill_words", check: func() error {
+			return when(c.AnalysisMinWords < 0, func() error {
+				return bad("analysis_min_skill_words", c.AnalysisMinWords, "must be >= 0 (0: 5 words, 1: any non-empty skill)")
+			})
+		}},
 	}
 }
 

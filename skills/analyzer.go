@@ -3,6 +3,7 @@ package skills
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/seedctl/seedctl/inference"
@@ -34,8 +35,10 @@ type Analyzer interface {
 type asker func(ctx context.Context, prompts []string) ([]string, error)
 
 // analyzeWith runs the shared flow: analysis prompts, parsing, one repair
-// round for answers that do not parse (unless noRepair), then "no skill".
-func analyzeWith(ctx context.Context, name string, k int, reqs []Request, ask asker, noRepair bool) ([]Record, error) {
+// round for answers without a usable episode skill (unless noRepair),
+// then what parsed: an answer whose episode skill is missing keeps its
+// step skills.
+func analyzeWith(ctx context.Context, name string, k, minWords int, reqs []Request, ask asker, noRepair bool) ([]Record, error) {
 	prompts := make([]string, len(reqs))
 	for i, r := range reqs {
 		prompts[i] = PromptFor(r, k)
@@ -50,14 +53,13 @@ func analyzeWith(ctx context.Context, name string, k int, reqs []Request, ask as
 	for i, r := range reqs {
 		recs[i] = Record{TrajectoryID: r.Traj.ID, TaskID: r.Traj.Task.ID, Iteration: r.Traj.Iteration, Analyzer: name,
 			Won: r.Traj.Won, CriticalSteps: r.Candidates, Prompt: prompts[i], Raw: answers[i]}
-		sk, perr := parseFor(r, answers[i], k)
+		sk, perr := parseFor(r, answers[i], k, minWords)
+		recs[i].Skill = sk
 		if perr != nil {
 			repairIdx = append(repairIdx, i)
 			repairPrompts = append(repairPrompts, RepairPromptFor(r, prompts[i], answers[i], perr))
 			recs[i].ParseError = perr.Error()
-			continue
 		}
-		recs[i].Skill = sk
 	}
 	if len(repairIdx) > 0 && !noRepair {
 		fixed, err := ask(ctx, repairPrompts)
@@ -66,17 +68,20 @@ func analyzeWith(ctx context.Context, name string, k int, reqs []Request, ask as
 		}
 		for j, i := range repairIdx {
 			recs[i].Repaired, recs[i].RepairRaw = true, fixed[j]
-			sk, perr := parseFor(reqs[i], fixed[j], k)
+			sk, perr := parseFor(reqs[i], fixed[j], k, minWords)
 			if perr != nil {
 				recs[i].ParseError = "after repair: " + perr.Error()
+				if recs[i].Skill.Empty() && !sk.Empty() {
+					recs[i].Skill = sk
+				}
 				continue
 			}
 			recs[i].Skill, recs[i].ParseError = sk, ""
 		}
 	}
 	for i := range recs {
-		if recs[i].Skill != nil && recs[i].Skill.Empty() {
-			recs[i].Skill = nil // too short to count
+		if recs[i].Skill.Empty() {
+			recs[i].Skill = nil // nothing usable
 		}
 		if reqs[i].ChooseSteps {
 			recs[i].CriticalSteps = nil
@@ -88,20 +93,32 @@ func analyzeWith(ctx context.Context, name string, k int, reqs []Request, ask as
 	return recs, nil
 }
 
-// errNoEpisodeSkill: an episode-only answer whose skill is missing or
-// shorter than MinSkillWords (the public code retries those).
-var errNoEpisodeSkill = fmt.Errorf("episode_skill is missing or shorter than %d words", MinSkillWords)
+// errNoEpisodeSkill: an answer without a usable episode skill (missing,
+// or under the minimum words); the public code retries those.
+var errNoEpisodeSkill = errors.New("episode_skill is missing or too short")
 
-// parseFor parses an answer to r's prompt.
-func parseFor(r Request, answer string, k int) (*Skill, error) {
-	if r.EpisodeOnly {
-		sk, err := Parse(answer, ParseOptions{})
-		if err == nil && sk.EpisodeSkill == "" {
-			return nil, errNoEpisodeSkill
-		}
-		return sk, err
+func noEpisodeSkill(minWords int) error {
+	if minWords <= 0 {
+		minWords = MinSkillWords
 	}
-	return Parse(answer, ParseOptions{Candidates: r.Candidates, MaxStep: k})
+	return fmt.Errorf("%w: missing or shorter than %d words", errNoEpisodeSkill, minWords)
+}
+
+// parseFor parses an answer to r's prompt. The skill comes back with the
+// error where the answer decoded but had no usable episode skill.
+func parseFor(r Request, answer string, k, minWords int) (*Skill, error) {
+	opt := ParseOptions{Candidates: r.Candidates, MaxStep: k, MinWords: minWords}
+	if r.EpisodeOnly {
+		opt = ParseOptions{MinWords: minWords}
+	}
+	sk, err := Parse(answer, opt)
+	if err != nil {
+		return nil, err
+	}
+	if sk.EpisodeSkill == "" {
+		return sk, noEpisodeSkill(minWords)
+	}
+	return sk, nil
 }
 
 // SelfAnalyzer asks a policy snapshot through its backend: the current one
@@ -114,6 +131,8 @@ type SelfAnalyzer struct {
 	K           int
 	Snapshot    string
 	Label       string // "self" when empty
+	// MinWords: shorter skill texts count as no skill (0: MinSkillWords).
+	MinWords int
 	// NoRepair skips the repair round: an answer that does not parse is no
 	// skill at once. For policies that cannot repair (the tiny household
 	// model repaired none of 583 answers in the v11 bench) the round wrote
@@ -150,7 +169,7 @@ func (a *SelfAnalyzer) Analyze(ctx context.Context, reqs []Request) ([]Record, e
 		}
 		return out, nil
 	}
-	recs, err := analyzeWith(ctx, a.Name(), a.K, reqs, ask, a.NoRepair)
+	recs, err := analyzeWith(ctx, a.Name(), a.K, a.MinWords, reqs, ask, a.NoRepair)
 	for i := range recs {
 		recs[i].Snapshot = a.Snapshot
 	}
@@ -164,6 +183,8 @@ type ExternalAnalyzer struct {
 	MaxTokens   int
 	K           int
 	Model       string
+	// MinWords: shorter skill texts count as no skill (0: MinSkillWords).
+	MinWords int
 	// NoRepair skips the repair round (to measure what it adds).
 	NoRepair bool
 }
@@ -195,7 +216,7 @@ func (a *ExternalAnalyzer) Analyze(ctx context.Context, reqs []Request) ([]Recor
 		}
 		return out, nil
 	}
-	recs, err := analyzeWith(ctx, a.Name(), a.K, reqs, ask, a.NoRepair)
+	recs, err := analyzeWith(ctx, a.Name(), a.K, a.MinWords, reqs, ask, a.NoRepair)
 	for i := range recs {
 		recs[i].Snapshot = a.Model
 	}

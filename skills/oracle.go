@@ -25,7 +25,8 @@ func (a *OracleAnalyzer) Analyze(ctx context.Context, reqs []Request) ([]Record,
 		}
 		return out, nil
 	}
-	return analyzeWith(ctx, a.Name(), a.K, reqs, ask, false)
+	// The oracle writes the same answer twice: no repair round.
+	return analyzeWith(ctx, a.Name(), a.K, 0, reqs, ask, true)
 }
 
 func oracleSkill(t *rollout.Trajectory, candidates []int, k int) *Skill {

@@ -1,7 +1,6 @@
 package skills
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -148,113 +147,61 @@ func RepairPrompt(bad string, perr error) string {
 // ErrNoJSON means no JSON object was found in an answer.
 var ErrNoJSON = errors.New("no JSON object in the answer")
 
-// extractObject finds the first balanced {...} in text, skipping code fences
-// and prose around it; strings are respected so braces inside them don't
-// count.
-func extractObject(text string) (string, error) {
-	start := strings.IndexByte(text, '{')
-	for start >= 0 {
-		depth, inStr, esc := 0, false, false
-		for i := start; i < len(text); i++ {
-			c := text[i]
-			switch {
-			case esc:
-				esc = false
-			case inStr && c == '\\':
-				esc = true
-			case c == '"':
-				inStr = !inStr
-			case inStr:
-			case c == '{':
-				depth++
-			case c == '}':
-				depth--
-				if depth == 0 {
-					return text[start : i+1], nil
-				}
-			}
-		}
-		// Unbalanced (truncated): try a later opening brace.
-		next := strings.IndexByte(text[start+1:], '{')
-		if next < 0 {
-			break
-		}
-		start += 1 + next
-	}
-	return "", ErrNoJSON
-}
-
 // ParseOptions bound what a parsed skill may contain.
 type ParseOptions struct {
 	Candidates []int // steps allowed step skills
 	MaxStep    int   // K
+	// MinWords: skill texts with fewer words count as no skill (0:
+	// MinSkillWords, the public code's test on its hosted-analyzer path;
+	// 1 keeps any non-empty text, as its policy_vllm self-analysis does).
+	MinWords int
 }
 
-// Parse reads an analyzer's answer. Wrong shapes are errors (so a repair
-// prompt can be sent); short texts and step skills for non-candidate steps
-// are dropped, not errors.
+// Parse reads an analyzer's answer as the public code does (lenient.go):
+// code fences, trailing commas, raw control characters in strings and
+// Python-literal dicts are accepted; a missing or non-string field is no
+// text, a step_skills that is not an object is no step skills, keys that
+// are not step numbers are skipped. The only error is an answer with no
+// object in it. Texts under MinWords words and step skills for steps
+// that are not candidates are dropped; at most MaxStep step skills are
+// kept, by the candidates' rank.
 func Parse(answer string, opt ParseOptions) (*Skill, error) {
-	obj, err := extractObject(answer)
+	obj, err := decodeAnswer(answer)
 	if err != nil {
 		return nil, err
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(obj), &raw); err != nil {
-		return nil, fmt.Errorf("invalid JSON: %v", err)
-	}
-	str := func(key string) (string, error) {
-		v, ok := raw[key]
-		if !ok {
-			return "", fmt.Errorf("missing %q", key)
-		}
-		var s string
-		if err := json.Unmarshal(v, &s); err != nil {
-			return "", fmt.Errorf("%q must be a string", key)
-		}
-		return strings.TrimSpace(s), nil
+	minWords := opt.MinWords
+	if minWords <= 0 {
+		minWords = MinSkillWords
 	}
 	sk := &Skill{StepSkills: map[int]string{}}
-	if sk.EpisodeSummary, err = str("episode_summary"); err != nil {
-		return nil, err
-	}
-	if sk.EpisodeSkill, err = str("episode_skill"); err != nil {
-		return nil, err
-	}
-	if len(strings.Fields(sk.EpisodeSkill)) < MinSkillWords {
+	sk.EpisodeSummary = strings.TrimSpace(textOf(obj["episode_summary"]))
+	sk.EpisodeSkill = strings.TrimSpace(textOf(obj["episode_skill"]))
+	if !nontrivial(sk.EpisodeSkill, minWords) {
 		sk.EpisodeSkill = ""
 	}
-	if v, ok := raw["step_skills"]; ok && string(v) != "null" {
-		var steps map[string]json.RawMessage
-		if err := json.Unmarshal(v, &steps); err != nil {
-			return nil, errors.New(`"step_skills" must be an object of step number → string`)
+	steps, _ := obj["step_skills"].(map[string]any)
+	allowed := map[int]bool{}
+	for _, c := range opt.Candidates {
+		allowed[c] = true
+	}
+	for key, val := range steps {
+		n, err := strconv.Atoi(strings.TrimSpace(key))
+		if err != nil {
+			continue
 		}
-		allowed := map[int]bool{}
-		for _, c := range opt.Candidates {
-			allowed[c] = true
+		if s := strings.TrimSpace(textOf(val)); allowed[n] && nontrivial(s, minWords) {
+			sk.StepSkills[n] = s
 		}
-		for key, val := range steps {
-			n, err := strconv.Atoi(strings.TrimSpace(key))
-			if err != nil {
-				return nil, fmt.Errorf("step_skills key %q is not a step number", key)
-			}
-			var s string
-			if err := json.Unmarshal(val, &s); err != nil {
-				return nil, fmt.Errorf("step_skills[%q] must be a string", key)
-			}
-			s = strings.TrimSpace(s)
-			if allowed[n] && len(strings.Fields(s)) >= MinSkillWords {
-				sk.StepSkills[n] = s
+	}
+	if opt.MaxStep > 0 && len(sk.StepSkills) > opt.MaxStep {
+		keep := map[int]string{}
+		for _, c := range opt.Candidates { // candidates come ranked
+			if v, ok := sk.StepSkills[c]; ok && len(keep) < opt.MaxStep {
+				keep[c] = v
 			}
 		}
-		if opt.MaxStep > 0 && len(sk.StepSkills) > opt.MaxStep {
-			keep := map[int]string{}
-			for _, c := range opt.Candidates { // candidates come ranked
-				if v, ok := sk.StepSkills[c]; ok && len(keep) < opt.MaxStep {
-					keep[c] = v
-				}
-			}
-			sk.StepSkills = keep
-		}
+		sk.StepSkills = keep
 	}
 	return sk, nil
 }

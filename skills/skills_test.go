@@ -38,12 +38,32 @@ func TestParseUglyAnswers(t *testing.T) {
 			func(s *Skill) bool { return s.EpisodeSkill == "Heat the egg before putting it away." }},
 		{"braces inside strings", `{"episode_summary": "a } b {", "episode_skill": "Use the {lamp} while holding the book.", "step_skills": {}}`, "",
 			func(s *Skill) bool { return strings.Contains(s.EpisodeSkill, "{lamp}") }},
-		{"truncated", `{"episode_summary": "the agent went to`, "no JSON object", nil},
+		{"truncated", `{"episode_summary": "the agent went to`, "could not parse a JSON object", nil},
 		{"empty", ``, "no JSON object", nil},
-		{"wrong type", `{"episode_summary": "x", "episode_skill": 42, "step_skills": {}}`, `"episode_skill" must be a string`, nil},
-		{"missing key", `{"episode_summary": "x", "step_skills": {}}`, `missing "episode_skill"`, nil},
-		{"step skills as list", `{"episode_summary": "x", "episode_skill": "Open every closed cabinet you pass.", "step_skills": ["a"]}`, "must be an object", nil},
-		{"bad step key", `{"episode_summary": "x", "episode_skill": "Open every closed cabinet you pass.", "step_skills": {"first": "Open it now please friend."}}`, "not a step number", nil},
+		{"prose only", `I think the agent should look in the drawers.`, "no JSON object", nil},
+		// The public parser's leniency (seed/analysis.py, _extract_json_object):
+		{"trailing commas", `{"episode_summary": "x", "episode_skill": "Open the drawers before the shelves every time.", "step_skills": {"2": "Open the drawer next to you now.",},}`, "",
+			func(s *Skill) bool { return s.EpisodeSkill != "" && s.StepSkills[2] != "" }},
+		{"python literal dict", `{'episode_summary': 'x', 'episode_skill': "Don't search the same cabinet twice in a row.", 'step_skills': {2: 'Open the drawer next to you now.'}, 'done': True, 'note': None}`, "",
+			func(s *Skill) bool {
+				return s.EpisodeSkill == "Don't search the same cabinet twice in a row." && s.StepSkills[2] == "Open the drawer next to you now."
+			}},
+		{"raw newline inside a string", "{\"episode_summary\": \"x\", \"episode_skill\": \"Open the drawers first,\nthen the shelves, every time.\", \"step_skills\": {}}", "",
+			func(s *Skill) bool { return s.EpisodeSkill == "Open the drawers first,\nthen the shelves, every time." }},
+		{"fenced object preferred over prose braces", "The {mug} is here.\n```JSON\n{\"episode_summary\": \"x\", \"episode_skill\": \"Take the mug before going to the fridge.\"}\n```", "",
+			func(s *Skill) bool { return s.EpisodeSkill == "Take the mug before going to the fridge." }},
+		{"the object with episode_skill wins", `{"note": "draft"} then {"episode_summary": "x", "episode_skill": "Heat the egg in the microwave first."}`, "",
+			func(s *Skill) bool { return s.EpisodeSkill == "Heat the egg in the microwave first." }},
+		{"non-string skill is text", `{"episode_summary": "x", "episode_skill": 42, "step_skills": {}}`, "",
+			func(s *Skill) bool { return s.EpisodeSkill == "" && s.EpisodeSummary == "x" }},
+		{"missing keys are empty", `{"step_skills": {"4": "Open the cabinet before the drawer."}}`, "",
+			func(s *Skill) bool { return s.EpisodeSkill == "" && s.EpisodeSummary == "" && s.StepSkills[4] != "" }},
+		{"step skills as list are none, the episode skill stays", `{"episode_summary": "x", "episode_skill": "Open every closed cabinet you pass.", "step_skills": ["a"]}`, "",
+			func(s *Skill) bool { return s.EpisodeSkill != "" && len(s.StepSkills) == 0 }},
+		{"bad step keys are skipped", `{"episode_summary": "x", "episode_skill": "Open every closed cabinet you pass.", "step_skills": {"first": "Open it now please friend.", " 4 ": "Open the cabinet before the drawer."}}`, "",
+			func(s *Skill) bool { return s.EpisodeSkill != "" && len(s.StepSkills) == 1 && s.StepSkills[4] != "" }},
+		{"only dots is no skill", `{"episode_summary": "x", "episode_skill": ". . . . . ."}`, "",
+			func(s *Skill) bool { return s.EpisodeSkill == "" }},
 		{"short texts count as none", `{"episode_summary": "x", "episode_skill": "Be careful.", "step_skills": {"4": "Go."}}`, "",
 			func(s *Skill) bool { return s.EpisodeSkill == "" && len(s.StepSkills) == 0 && s.Empty() }},
 		{"only candidates, at most K by rank", `{"episode_summary": "x", "episode_skill": "Search the cabinets in order first.", "step_skills": {"1": "Not a candidate step at all.", "2": "Second ranked candidate step advice.", "4": "Top ranked candidate step advice here.", "7": "Third ranked candidate step advice."}}`, "",
@@ -101,7 +121,7 @@ func TestRepairPromptSentOnce(t *testing.T) {
 		}
 		return out, nil
 	}
-	recs, err := analyzeWith(context.Background(), "test", 5, reqs, ask, false)
+	recs, err := analyzeWith(context.Background(), "test", 5, 0, reqs, ask, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +137,7 @@ func TestRepairPromptSentOnce(t *testing.T) {
 	// Without the repair round: one call, the bad answers are no skill with
 	// their first parse error, and the good one is kept.
 	calls, repairs = 0, nil
-	recs, err = analyzeWith(context.Background(), "test", 5, reqs, ask, true)
+	recs, err = analyzeWith(context.Background(), "test", 5, 0, reqs, ask, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +489,7 @@ func TestLLMChoosesCriticalSteps(t *testing.T) {
 			"step_skills": {"4": "Open the fridge here, before you take the mug.", "1": "Look inside the cabinet before you leave it.", "5": "Put the mug down in the fridge right now."}}`}, nil
 	}
 	all := []int{0, 1, 2, 3, 4, 5}
-	recs, err := analyzeWith(context.Background(), "test", 2, []Request{{Traj: tr, Candidates: all, ChooseSteps: true}}, ask, true)
+	recs, err := analyzeWith(context.Background(), "test", 2, 0, []Request{{Traj: tr, Candidates: all, ChooseSteps: true}}, ask, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,7 +542,7 @@ func TestEpisodeOnlyAnalysis(t *testing.T) {
 		}
 		return out, nil
 	}
-	recs, err := analyzeWith(context.Background(), "test", 5, reqs, ask, false)
+	recs, err := analyzeWith(context.Background(), "test", 5, 0, reqs, ask, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -681,5 +701,33 @@ func TestTransplantDistilsTheSameTokens(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// MinWords 1 keeps any non-empty skill (the public policy_vllm
+// self-analysis); an answer without an episode skill keeps its step
+// skills when no repair round follows, with the reason recorded.
+func TestParseMinWordsAndPartialAnswers(t *testing.T) {
+	short := `{"episode_summary": "x", "episode_skill": "Open drawers first.", "step_skills": {"1": "Look left."}}`
+	for _, tt := range []struct {
+		min       int
+		wantSkill string
+		wantSteps int
+	}{{0, "", 0}, {5, "", 0}, {1, "Open drawers first.", 1}, {3, "Open drawers first.", 0}} {
+		sk, err := Parse(short, ParseOptions{Candidates: []int{1}, MaxStep: 5, MinWords: tt.min})
+		if err != nil || sk.EpisodeSkill != tt.wantSkill || len(sk.StepSkills) != tt.wantSteps {
+			t.Errorf("MinWords %d: %+v, %v; want skill %q and %d step skills", tt.min, sk, err, tt.wantSkill, tt.wantSteps)
+		}
+	}
+	tr := trajFor("partial", false, 3)
+	ask := func(_ context.Context, prompts []string) ([]string, error) {
+		return []string{`{"episode_summary": "x", "episode_skill": "", "step_skills": {"2": "Open the cabinet before the drawer."}}`}, nil
+	}
+	recs, err := analyzeWith(context.Background(), "test", 5, 0, []Request{{Traj: tr, Candidates: []int{2}}}, ask, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs[0].Skill == nil || recs[0].Skill.StepSkills[2] == "" || !strings.Contains(recs[0].ParseError, "episode_skill") {
+		t.Fatalf("record %+v", recs[0])
 	}
 }

@@ -281,7 +281,7 @@ func TestShippedConfigsCheck(t *testing.T) {
 	if strings.Count(out.String(), ": ok") != len(files) {
 		t.Errorf("output:\n%s", out.String())
 	}
-	for _, want := range []string{"advantage step_rows", "rows per mini-batch", "dual-clip c 3", "entropy bonus", "skill mode", "stage 1:", "targets", "eval protocol:"} {
+	for _, want := range []string{"advantage step_rows", "rows per mini-batch", "dual-clip c 3", "entropy bonus", "skill mode", "stage 1:", "targets", "eval protocol:", "self-analysis:", "as the public parser reads them"} {
 		if strings.Count(out.String(), want) != len(files) {
 			t.Errorf("config check prints %q %d times for %d configs:\n%s", want, strings.Count(out.String(), want), len(files), out.String())
 		}
@@ -298,7 +298,8 @@ func TestShippedConfigsCheck(t *testing.T) {
 	for _, want := range []string{"reward 10·outcome − 0.01 per invalid step (public search.sh)", "128 tasks per iteration (public search.sh), window 4 (public search.sh), at most 4 steps (public search.sh)",
 		"512 rows per mini-batch (public search.sh)", "entropy bonus 0 (public search.sh)", "KL 0.001 (public search.sh)", "lr_warmup_steps_ratio 0.1",
 		"stage 1 collection: T=0.4, window 4, at most 4 steps (public search SFT scripts); 1440 trajectories (public search SFT scripts), 3 epochs (public search SFT scripts), examples up to 12288 tokens (public search SFT scripts)",
-		"sampled at T=0.4", "(public search.sh: T 0.4 sampled on its 512 validation questions)", "up to 4,096 tokens"} {
+		"sampled at T=0.4", "(public search.sh: T 0.4 sampled on its 512 validation questions)",
+		"self-analysis: greedy, up to 4096 tokens (public launchers), no repair round (public launchers' policy_vllm), skills of any length (public launchers' policy_vllm)"} {
 		if !strings.Contains(sq.String(), want) {
 			t.Errorf("the Search-QA preset's check lacks %q:\n%s", want, sq.String())
 		}
@@ -311,7 +312,7 @@ func TestShippedConfigsCheck(t *testing.T) {
 	// Each preset states its recipe itself: nothing of the embedded
 	// default's (its acting replay, its 256 rows) is inherited silently.
 	explicit := map[string][]string{
-		"":        {"skill_mode", "critical_steps", "analysis_repair"},
+		"":        {"skill_mode", "critical_steps", "analysis_repair", "analysis_max_tokens", "analysis_min_skill_words"},
 		"stage1":  {"episodes", "epochs", "lr", "acting_replay", "targets"},
 		"rollout": {"mode", "window", "group_size", "temperature", "invalid_penalty"},
 		"rl":      {"lambda", "beta", "kl_coef", "clip_eps", "lr", "mini_batch_rows", "advantage", "reward_scale", "outcome", "adv_norm", "clip_ratio_c", "entropy_coef"},
