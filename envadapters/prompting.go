@@ -10,9 +10,13 @@ type Prompting struct {
 	ActionRequest string // the line that ends every user turn
 	// ListAdmissible adds the admissible actions to each turn.
 	ListAdmissible bool
-	// SearchAnswer: the reply's action block is <search>…</search> or
-	// <answer>…</answer>, passed on whole, not <action>…</action>.
-	SearchAnswer bool
+	// Actions reads the action from a reply where the environment's
+	// replies do not carry it in <action>…</action> (nil: they do).
+	Actions Actions
+	// Place names the place an action moves the agent to, for the
+	// first_places diagnostic (how many places a group's samples go to
+	// first); nil: the environment has no places to go to.
+	Place func(action string) (place string, ok bool)
 	// Intro is the opening sentence of verl-agent-style prompts
 	// (rollout.prompt_style verl-agent), naming the environment; ""
 	// takes a generic one.
@@ -24,6 +28,17 @@ type Prompting struct {
 	// generic window (the first observation, the last steps, the current
 	// observation) and every admissible action listed.
 	Turns func(style string) (Turns, error)
+}
+
+// Actions is an environment's own action syntax in replies.
+// Implementations are values safe for concurrent use.
+type Actions interface {
+	// Extract reads the action from a reply; ok is false when it has no
+	// usable action (an invalid step, never a crash).
+	Extract(text string, admissible []string) (action string, ok bool)
+	// HasBlock says whether a reply holds the syntax's action block (the
+	// public SEED code's format check).
+	HasBlock(text string) bool
 }
 
 // Prompter is an environment that states its Prompting; others get the

@@ -32,6 +32,9 @@ type Step struct {
 	ClosingIDs []int  `json:"closing_ids,omitempty"`
 	Text       string `json:"text"`
 	Action     string `json:"action"`
+	// Place is where the action goes (the environment's
+	// envadapters.Prompting.Place; "" for other actions and environments).
+	Place string `json:"place,omitempty"`
 	// Valid: the step counts as valid under the rollout's definition
 	// (Config.Invalid); invalid steps are penalised.
 	Valid bool `json:"valid"`

@@ -383,6 +383,9 @@ func (r *Runner) turn(ctx context.Context, eps []*episode, turn int) error {
 		step.Text = text
 		action, ok := r.template.Extract(text, e.last.Admissible)
 		step.Action = action
+		if r.template.GoesTo != nil {
+			step.Place, _ = r.template.GoesTo(action)
+		}
 		envStart := time.Now()
 		st, err := e.env.Step(ctx, action)
 		step.EnvMillis = time.Since(envStart).Milliseconds()
@@ -475,9 +478,10 @@ type Metrics struct {
 	// never find a better one.
 	FirstActionAgreement float64 `json:"first_action_agreement"`
 	// FirstPlaces is the median, over groups of two or more, of how many
-	// different places a group's trajectories go to first (their first
-	// "go to" action; household-like environments): at least three on
-	// the median task means the group explores where to look.
+	// different places a group's trajectories go to first (the first
+	// step with a Place: environments with places to go to, which name
+	// them through envadapters.Prompting.Place): at least three on the
+	// median task means the group explores where to look.
 	FirstPlaces float64 `json:"first_places"`
 	// FlatFailing and FlatWinning are the shares of groups of two or more
 	// in which no trajectory won and in which all did: GRPO has no signal
@@ -512,8 +516,8 @@ func groupDiagnostics(trajs []*Trajectory) (firstPlaces, flatFail, flatWin float
 			g.wins++
 		}
 		for _, s := range t.Steps {
-			if p, ok := strings.CutPrefix(s.Action, "go to "); ok {
-				g.places[p] = true
+			if s.Place != "" {
+				g.places[s.Place] = true
 				break
 			}
 		}

@@ -146,6 +146,9 @@ func TestRunGroupsRecordsAndJSONL(t *testing.T) {
 				if len(s.PromptIDs) == 0 || len(s.ResponseIDs) == 0 || len(s.LogProbs) != len(s.ResponseIDs) || s.UserText == "" || s.Observation == "" {
 					t.Fatalf("%s step %d incomplete: %+v", tr.ID, k, s)
 				}
+				if want, _ := household.GoesTo(s.Action); s.Place != want {
+					t.Errorf("%s step %d: place %q for action %q (household's Place says %q)", tr.ID, k, s.Place, s.Action, want)
+				}
 				if !s.Valid {
 					invalid++
 					if s.Reward != s.EnvReward-cfg.InvalidPenalty {
@@ -236,7 +239,8 @@ func TestGroupDiagnostics(t *testing.T) {
 	traj := func(task string, group int, won bool, actions ...string) *Trajectory {
 		tr := &Trajectory{Task: envadapters.Task{ID: task, Family: "f"}, Group: group, Won: won}
 		for _, a := range actions {
-			tr.Steps = append(tr.Steps, Step{Action: a})
+			place, _ := household.GoesTo(a) // what the rollout records from the template
+			tr.Steps = append(tr.Steps, Step{Action: a, Place: place})
 		}
 		return tr
 	}
@@ -287,7 +291,8 @@ func TestExtractAction(t *testing.T) {
 			t.Errorf("ExtractTagged(%q) = %q, %v", tt.text, got, ok)
 		}
 	}
-	if a, ok := ExtractSearchAnswer("<think>x</think><search> who </search>", nil); !ok || a != "<search> who </search>" {
+	sq := TemplateFor("searchqa")
+	if a, ok := sq.Extract("<think>x</think><search> who </search>", nil); !ok || a != "<search> who </search>" || !sq.HasActionBlock("<answer>x</answer>") || sq.HasActionBlock("<action>x</action>") {
 		t.Errorf("search extraction %q %v", a, ok)
 	}
 }
@@ -560,13 +565,13 @@ func TestTemplateForAgentGymFlavors(t *testing.T) {
 	// A built-in states its own prompts (envadapters.Prompter); household
 	// is a place-searching environment, searchqa answers in blocks.
 	hh := TemplateFor("household")
-	if ht, ok := hh.Turns.(household.Turns); hh.System != "You are a household agent." || !ok || ht.Style != household.PlacesNext || hh.SearchAnswer {
+	if ht, ok := hh.Turns.(household.Turns); hh.System != "You are a household agent." || !ok || ht.Style != household.PlacesNext || hh.Actions != nil || hh.GoesTo == nil {
 		t.Errorf("household template %+v", hh)
 	}
-	if sq := TemplateFor("searchqa"); !sq.SearchAnswer || sq.ListAdmissible || sq.Turns != nil {
+	if sq := TemplateFor("searchqa"); sq.Actions == nil || sq.GoesTo != nil || sq.ListAdmissible || sq.Turns != nil {
 		t.Errorf("searchqa template %+v", sq)
 	}
-	if ws := TemplateFor("webshop"); !ws.ListAdmissible || ws.Turns != nil || ws.SearchAnswer || !strings.Contains(ws.ActionRequest, "click[button]") {
+	if ws := TemplateFor("webshop"); !ws.ListAdmissible || ws.Turns != nil || ws.Actions != nil || ws.GoesTo != nil || !strings.Contains(ws.ActionRequest, "click[button]") {
 		t.Errorf("webshop template %+v", ws)
 	}
 }

@@ -39,9 +39,12 @@ type Template struct {
 	// "Skill from experience:" (PlaceSkills, what the tiny bases were
 	// trained to read). Set from the run's rollout.skill_format.
 	SkillSections bool
-	// SearchAnswer: the reply's action block is <search>…</search> or
-	// <answer>…</answer> (ExtractSearchAnswer), not <action>…</action>.
-	SearchAnswer bool
+	// Actions is the environment's own reply syntax
+	// (envadapters.Prompting.Actions); nil: <action>…</action>.
+	Actions envadapters.Actions
+	// GoesTo names the place an action goes to
+	// (envadapters.Prompting.Place); nil: no places.
+	GoesTo func(action string) (string, bool)
 	// turnsFor makes Turns for a style (WithPlacesLine); nil when the
 	// environment renders no turns of its own.
 	turnsFor func(style string) (envadapters.Turns, error)
@@ -71,25 +74,14 @@ func ExtractTagged(text string, admissible []string) (string, bool) {
 }
 
 // HasActionBlock says whether text holds the block the template reads
-// its action from: <search>/<answer> for ExtractSearchAnswer templates,
-// <action>…</action> for the others.
+// its action from: the environment's own (Actions), else
+// <action>…</action>.
 func (t Template) HasActionBlock(text string) bool {
-	if t.SearchAnswer {
-		return searchOrAnswer.MatchString(text)
+	if t.Actions != nil {
+		return t.Actions.HasBlock(text)
 	}
 	m := actionTag.FindStringSubmatch(text)
 	return m != nil && strings.TrimSpace(m[1]) != ""
-}
-
-var searchOrAnswer = regexp.MustCompile(`(?is)<(search|answer)>.*?</(search|answer)>`)
-
-// ExtractSearchAnswer passes the whole text on when it has a <search> or
-// <answer> block; the searchqa environment parses it.
-func ExtractSearchAnswer(text string, _ []string) (string, bool) {
-	if m := searchOrAnswer.FindString(text); m != "" {
-		return m, true
-	}
-	return "", false
 }
 
 // WithPlacesLine returns t with the environment's turns in style (the
@@ -113,9 +105,9 @@ func (t Template) WithPlacesLine(style string) (Template, error) {
 
 // TemplateOf is the template a Prompting asks for.
 func TemplateOf(p envadapters.Prompting) (Template, error) {
-	t := Template{System: p.System, ActionRequest: p.ActionRequest, ListAdmissible: p.ListAdmissible, Intro: p.Intro, Extract: ExtractTagged}
-	if p.SearchAnswer {
-		t.Extract, t.SearchAnswer = ExtractSearchAnswer, true
+	t := Template{System: p.System, ActionRequest: p.ActionRequest, ListAdmissible: p.ListAdmissible, Intro: p.Intro, Extract: ExtractTagged, GoesTo: p.Place}
+	if p.Actions != nil {
+		t.Extract, t.Actions = p.Actions.Extract, p.Actions
 	}
 	if p.Turns != nil {
 		turns, err := p.Turns("")

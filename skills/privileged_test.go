@@ -101,6 +101,15 @@ func TestANewEnvironmentIsOnePackage(t *testing.T) {
 	if tmpl.System != "You turn lights on in a house." || !tmpl.ListAdmissible {
 		t.Fatalf("template %+v: not the environment's prompts", tmpl)
 	}
+	// Its reply syntax (a last "CALL:" line) is its own, and the rollout
+	// reads actions, validity and places through it.
+	if a, ok := tmpl.Extract("Kitchen first.\nCALL: walk(kitchen)", nil); !ok || a != "walk(kitchen)" ||
+		!rollout.FormatValid(tmpl, "CALL: flip()", false) || rollout.FormatValid(tmpl, "<action>flip()</action>", false) {
+		t.Fatalf("the rollout does not read the environment's CALL: syntax (%q, %v)", a, ok)
+	}
+	if place, ok := tmpl.GoesTo("walk(kitchen)"); !ok || place != "kitchen" {
+		t.Fatalf("walk(kitchen) goes to %q", place)
+	}
 	p := tinyPolicy(t)
 	cfg := rollout.DefaultConfig()
 	cfg.GroupSize, cfg.EnvOptions = 2, envadapters.Options{"max_steps": "3"}

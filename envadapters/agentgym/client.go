@@ -161,13 +161,24 @@ type FlavorInfo struct {
 	// Turns, when set, renders the flavor's window-mode turns
 	// (envadapters.Prompting.Turns); nil: the rollout's generic window.
 	Turns func(style string) (envadapters.Turns, error)
+	// Place names the place an action goes to (envadapters.Prompting.Place).
+	Place func(action string) (string, bool)
+}
+
+// alfworldGoesTo names the place of ALFWorld's "go to PLACE".
+func alfworldGoesTo(action string) (string, bool) {
+	p, ok := strings.CutPrefix(action, "go to ")
+	if !ok || p == "" {
+		return "", false
+	}
+	return p, true
 }
 
 // Prompting is how a flavor's turns are put to the policy: tagged actions,
 // the server's action list where it sends one, and the flavor's action
 // grammar in the request where it does not.
 func (f FlavorInfo) Prompting() envadapters.Prompting {
-	p := envadapters.Prompting{System: f.System, ActionRequest: "Write your next action inside <action> and </action>.", ListAdmissible: true, Intro: f.Intro, Turns: f.Turns}
+	p := envadapters.Prompting{System: f.System, ActionRequest: "Write your next action inside <action> and </action>.", ListAdmissible: true, Intro: f.Intro, Turns: f.Turns, Place: f.Place}
 	if f.Actions != "" {
 		p.ActionRequest = f.Actions + " " + p.ActionRequest
 	}
@@ -187,6 +198,7 @@ var Flavors = map[string]FlavorInfo{
 			"ALFWorld's valid_seen (140) and valid_unseen (134) are not served by it: eval_unseen is empty",
 		Invalid: []string{"Nothing happens."},
 		Intro:   "You are an expert agent acting in the ALFRED embodied household environment.",
+		Place:   alfworldGoesTo,
 	},
 	WebShop: {
 		Intro:    "You are an expert autonomous agent shopping in the WebShop e-commerce environment.",

@@ -1,6 +1,8 @@
 // Package example is the environment docs/adding-an-environment.md builds:
 // "lights", a house whose rooms each have a switch; the task names the
-// room whose light to turn on. Everything seedctl needs to know about an
+// room whose light to turn on. Its actions are calls — walk(ROOM),
+// flip() — and a reply names its action on a last line "CALL: …", a
+// syntax none of the built-ins uses, read by the package's own Actions. Everything seedctl needs to know about an
 // environment is here — tasks, episodes, the scripted expert, the
 // oracle's hindsight and the prompts — and the package's init registers
 // it. It is not part of seedctl's built-ins (no blank import in
@@ -28,7 +30,7 @@ type builtin struct{}
 
 func (builtin) Name() string { return Name }
 func (builtin) Description() string {
-	return "a toy house: go to the named room and switch its light on (the adding-an-environment guide's example)"
+	return "a toy house: walk to the named room and flip its light on (the adding-an-environment guide's example)"
 }
 func (builtin) Families() []string { return []string{"switch_on"} }
 
@@ -83,13 +85,22 @@ func (e *env) Reset(_ context.Context, t envadapters.Task) (envadapters.Step, er
 }
 
 func (e *env) admissible() []string {
-	out := []string{"switch on light"}
+	out := []string{"flip()"}
 	for _, r := range rooms {
 		if r != e.at {
-			out = append(out, "go to "+r)
+			out = append(out, "walk("+r+")")
 		}
 	}
 	return out
+}
+
+// walkTo is the room of a walk(ROOM) call.
+func walkTo(action string) (string, bool) {
+	a := strings.ToLower(strings.Join(strings.Fields(action), ""))
+	if r, ok := strings.CutPrefix(a, "walk("); ok && strings.HasSuffix(r, ")") && contains(rooms, strings.TrimSuffix(r, ")")) {
+		return strings.TrimSuffix(r, ")"), true
+	}
+	return "", false
 }
 
 func (e *env) Step(_ context.Context, action string) (envadapters.Step, error) {
@@ -98,13 +109,13 @@ func (e *env) Step(_ context.Context, action string) (envadapters.Step, error) {
 	}
 	e.steps++
 	st := envadapters.Step{}
-	a := strings.TrimSpace(strings.ToLower(action))
+	room, walk := walkTo(action)
 	switch {
-	case a == "switch on light":
+	case strings.ToLower(strings.Join(strings.Fields(action), "")) == "flip()":
 		e.on[e.at] = true
 		st.Observation = "The light in the " + e.at + " is on."
-	case strings.HasPrefix(a, "go to ") && contains(rooms, strings.TrimPrefix(a, "go to ")):
-		e.at = strings.TrimPrefix(a, "go to ")
+	case walk:
+		e.at = room
 		st.Observation = "You are in the " + e.at + "."
 	default:
 		st.Observation, st.Invalid = "Nothing happens.", true
@@ -130,7 +141,7 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
-// Expert goes to the target room and switches its light on.
+// Expert walks to the target room and flips its light on.
 func (builtin) Expert(ev envadapters.Env) (envadapters.Expert, error) {
 	e, ok := ev.(*env)
 	if !ok || e.on == nil {
@@ -143,18 +154,43 @@ type expert struct{ e *env }
 
 func (x expert) Act() (string, error) {
 	if x.e.at != x.e.target {
-		return "go to " + x.e.target, nil
+		return "walk(" + x.e.target + ")", nil
 	}
-	return "switch on light", nil
+	return "flip()", nil
 }
 
-// Prompting: tagged actions chosen from the admissible list.
+// Prompting: calls chosen from the admissible list, named on a last
+// "CALL:" line (Calls); walk(ROOM) goes to ROOM (the first_places
+// diagnostic).
 func (builtin) Prompting() envadapters.Prompting {
 	return envadapters.Prompting{
 		System:         "You turn lights on in a house.",
-		ActionRequest:  "Next action, one of the admissible ones, in <action></action>:",
+		ActionRequest:  "Think if you like, then end your reply with one line CALL: followed by one of the admissible calls.",
 		ListAdmissible: true,
+		Actions:        Calls{},
+		Place:          walkTo,
 	}
+}
+
+// Calls reads the action of a reply: the call on its last "CALL:" line.
+type Calls struct{}
+
+// Extract returns the last "CALL:" line's call; ok is false without one.
+func (Calls) Extract(text string, _ []string) (string, bool) {
+	lines := strings.Split(text, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if c, ok := strings.CutPrefix(strings.TrimSpace(lines[i]), "CALL:"); ok {
+			c = strings.TrimSpace(c)
+			return c, c != ""
+		}
+	}
+	return "", false
+}
+
+// HasBlock says whether a reply has a non-empty "CALL:" line.
+func (c Calls) HasBlock(text string) bool {
+	_, ok := c.Extract(text, nil)
+	return ok
 }
 
 // Hindsight reads the episode's text: where the agent switched, whether
@@ -174,21 +210,21 @@ func (builtin) Hindsight(ep envadapters.Episode, candidates []int, k int) envada
 	switch {
 	case ep.Won:
 		h.Summary = fmt.Sprintf("The agent turned on the %s light in %d steps.", room, len(ep.Steps))
-		h.EpisodeSkill = envadapters.Pick(ep.ID, "win", "Go to the room the task names first, then switch on the light there.",
-			"Walk straight to the named room and use its switch; other rooms do not count.")
+		h.EpisodeSkill = envadapters.Pick(ep.ID, "win", "Walk to the room the task names first, then flip the light there.",
+			"Walk straight to the named room and flip its switch; other rooms do not count.")
 	case wrong != "":
 		h.Summary = "The agent switched on a light in the wrong room."
-		h.EpisodeSkill = fmt.Sprintf("Switching in the %s does nothing for the %s: go to the %s before switching.", wrong, room, room)
+		h.EpisodeSkill = fmt.Sprintf("Flipping in the %s does nothing for the %s: walk(%s) before flip().", wrong, room, room)
 	case !reached:
 		h.Summary = "The agent never reached the room."
-		h.EpisodeSkill = "Choose the go to action naming the task's room before anything else."
+		h.EpisodeSkill = "Call walk with the task's room before anything else."
 	default:
 		h.Summary = "The agent reached the room but did not switch the light on."
-		h.EpisodeSkill = "Once in the named room, switch on the light at once."
+		h.EpisodeSkill = "Once in the named room, call flip() at once."
 	}
 	for _, c := range candidates {
 		if len(h.StepSkills) < k {
-			h.StepSkills[c] = fmt.Sprintf("Head for the %s, or switch on if you are there.", room)
+			h.StepSkills[c] = fmt.Sprintf("Call walk(%s), or flip() if you are there.", room)
 		}
 	}
 	return h

@@ -44,15 +44,40 @@ func TestLights(t *testing.T) {
 	tasks, _ := b.Tasks(envadapters.Train, 1) // the kitchen
 	e, _ := b.New(envadapters.Options{"max_steps": "2"})
 	e.Reset(ctx, tasks[0])
-	st, _ := e.Step(ctx, "switch on light") // in the hall
-	ep := envadapters.Episode{ID: "x", Task: tasks[0], Steps: []envadapters.EpisodeStep{{Action: "switch on light", Observation: st.Observation, Valid: true}}}
+	st, _ := e.Step(ctx, "flip()") // in the hall
+	ep := envadapters.Episode{ID: "x", Task: tasks[0], Steps: []envadapters.EpisodeStep{{Action: "flip()", Observation: st.Observation, Valid: true}}}
 	if st.Won {
 		t.Error("the hall's switch won the kitchen task")
 	}
-	if h := b.Hindsight(ep, nil, 0); h.EpisodeSkill != "Switching in the hall does nothing for the kitchen: go to the kitchen before switching." {
+	if h := b.Hindsight(ep, nil, 0); h.EpisodeSkill != "Flipping in the hall does nothing for the kitchen: walk(kitchen) before flip()." {
 		t.Errorf("hindsight after the wrong switch: %q", h.EpisodeSkill)
 	}
 	if _, err := b.New(envadapters.Options{"colour": "red"}); err == nil {
 		t.Error("an unknown option was accepted")
+	}
+}
+
+// The reply syntax is the environment's own: the call on the last
+// "CALL:" line, read by Calls; walk(ROOM) names the place it goes to.
+func TestCalls(t *testing.T) {
+	for _, tt := range []struct {
+		text, want string
+		ok         bool
+	}{
+		{"I should go to the kitchen.\nCALL: walk(kitchen)", "walk(kitchen)", true},
+		{"CALL: walk(hall)\nno, better:\nCALL: flip()  ", "flip()", true},
+		{"<action>flip()</action>", "", false},
+		{"CALL:   ", "", false},
+		{"", "", false},
+	} {
+		got, ok := (Calls{}).Extract(tt.text, nil)
+		if got != tt.want || ok != tt.ok || (Calls{}).HasBlock(tt.text) != tt.ok {
+			t.Errorf("Extract(%q) = %q, %v; want %q, %v", tt.text, got, ok, tt.want, tt.ok)
+		}
+	}
+	for a, want := range map[string]string{"walk(kitchen)": "kitchen", "walk( Study )": "study", "walk(attic)": "", "flip()": "", "go to kitchen": ""} {
+		if got, _ := walkTo(a); got != want {
+			t.Errorf("walkTo(%q) = %q, want %q", a, got, want)
+		}
 	}
 }

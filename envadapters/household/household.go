@@ -42,6 +42,7 @@ func (builtin) Prompting() envadapters.Prompting {
 		ActionRequest:  "Next action (go to a place, or an admissible action) in <action></action>:",
 		ListAdmissible: true,
 		Intro:          "You are an expert agent acting in the ALFRED embodied household environment.",
+		Place:          GoesTo,
 		Turns: func(style string) (envadapters.Turns, error) {
 			t, err := NewTurns(style)
 			if err != nil {
@@ -50,6 +51,15 @@ func (builtin) Prompting() envadapters.Prompting {
 			return t, nil
 		},
 	}
+}
+
+// GoesTo names the place a "go to PLACE" action goes to.
+func GoesTo(action string) (string, bool) {
+	p, ok := strings.CutPrefix(action, "go to ")
+	if !ok || p == "" {
+		return "", false
+	}
+	return p, true
 }
 
 func (builtin) SplitSize(split envadapters.Split) int { return splitSizes[split] }

@@ -163,9 +163,26 @@ func (builtin) Prompting() envadapters.Prompting {
 	return envadapters.Prompting{
 		System:        "You answer questions by searching a knowledge base.",
 		ActionRequest: "Reply with <search> query </search> to search, or <answer> answer </answer> to answer.",
-		SearchAnswer:  true,
+		Actions:       SearchOrAnswer{},
 	}
 }
+
+// SearchOrAnswer is Search-R1's reply syntax: the first <search>…</search>
+// or <answer>…</answer> block, passed on whole (Step parses it).
+type SearchOrAnswer struct{}
+
+var searchOrAnswer = regexp.MustCompile(`(?is)<(search|answer)>.*?</(search|answer)>`)
+
+// Extract passes the first <search> or <answer> block on.
+func (SearchOrAnswer) Extract(text string, _ []string) (string, bool) {
+	if m := searchOrAnswer.FindString(text); m != "" {
+		return m, true
+	}
+	return "", false
+}
+
+// HasBlock says whether text holds a <search> or <answer> block.
+func (SearchOrAnswer) HasBlock(text string) bool  { return searchOrAnswer.MatchString(text) }
 func (builtin) SplitSize(s envadapters.Split) int { return splitSizes[s] }
 
 func (builtin) Tasks(split envadapters.Split, n int) ([]envadapters.Task, error) {
