@@ -156,7 +156,20 @@ func textcraftName(id string) string {
 // with "get". Crafted leftovers are used before crafting again. It
 // returns the actions in order; an error names what could not be planned.
 func PlanTextCraft(t TextCraftTask, tags TextCraftTags) ([]string, error) {
-	p := &textcraftPlanner{task: t, tags: tags, inv: map[string]int{}, making: map[string]bool{}}
+	return planTextCraft(t, tags, false)
+}
+
+// PlanTextCraftStepwise is PlanTextCraft one craft at a time: a command
+// needed k times is planned as k rounds of "get" or make its inputs for
+// one craft, then craft, so every count in a "get" is a count written on
+// a command's line (never one multiplied out), at the price of longer
+// plans. Crafted leftovers are still used first.
+func PlanTextCraftStepwise(t TextCraftTask, tags TextCraftTags) ([]string, error) {
+	return planTextCraft(t, tags, true)
+}
+
+func planTextCraft(t TextCraftTask, tags TextCraftTags, stepwise bool) ([]string, error) {
+	p := &textcraftPlanner{task: t, tags: tags, inv: map[string]int{}, making: map[string]bool{}, stepwise: stepwise}
 	if err := p.obtain(t.Goal, 1); err != nil {
 		return nil, fmt.Errorf("planning %q: %w", t.Goal, err)
 	}
@@ -164,11 +177,12 @@ func PlanTextCraft(t TextCraftTask, tags TextCraftTags) ([]string, error) {
 }
 
 type textcraftPlanner struct {
-	task    TextCraftTask
-	tags    TextCraftTags
-	inv     map[string]int
-	making  map[string]bool
-	actions []string
+	task     TextCraftTask
+	tags     TextCraftTags
+	inv      map[string]int
+	making   map[string]bool
+	actions  []string
+	stepwise bool
 }
 
 // recipesFor are the listed commands that make name, in listed order.
@@ -235,13 +249,28 @@ func (p *textcraftPlanner) obtain(name string, n int) error {
 	return errors.Join(errs...)
 }
 
-// craft applies r until need more of its output are made.
+// craft applies r until need more of its output are made: all inputs
+// at once, then the crafts; stepwise, one craft's inputs and the craft,
+// as often as needed.
 func (p *textcraftPlanner) craft(r TextCraftRecipe, need int) error {
 	times := (need + r.Count - 1) / r.Count
 	used := make([]TextCraftItem, len(r.Inputs))
 	for i, in := range r.Inputs {
 		used[i] = TextCraftItem{Count: in.Count, Name: p.concrete(in.Name)}
 	}
+	if !p.stepwise {
+		return p.craftTimes(r, used, times)
+	}
+	for range times {
+		if err := p.craftTimes(r, used, 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// craftTimes gathers the inputs of times crafts of r, then crafts.
+func (p *textcraftPlanner) craftTimes(r TextCraftRecipe, used []TextCraftItem, times int) error {
 	// Making one input may use up another made before it: obtain them
 	// again until all are there at once.
 	for pass := 0; ; pass++ {

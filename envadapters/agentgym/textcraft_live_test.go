@@ -35,7 +35,7 @@ func TestTextCraftExpertLive(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	rec := textcraftRecording{Source: "AgentGym agentenv-textcraft (WooooDyy/AgentGym@3ef9235), started by scripts/textcraft-server.sh, played by PlanTextCraft through agentgym.Client", Tags: tags}
-	won := map[bool]int{}
+	won := map[int]int{}
 	for i := range textcraftDataSize {
 		st, err := c.Reset(ctx, envadapters.Task{Index: i})
 		if err != nil {
@@ -46,7 +46,8 @@ func TestTextCraftExpertLive(t *testing.T) {
 			t.Fatalf("index %d: %v", i, err)
 		}
 		ep := textcraftEpisode{Index: i, Goal: task.Goal, First: st.Observation}
-		for _, withTags := range []bool{false, true} {
+		for mode := range 3 { // plain, tagged, stepwise (tagged)
+			withTags := mode > 0
 			var tb TextCraftTags
 			if withTags {
 				tb = tags
@@ -57,6 +58,9 @@ func TestTextCraftExpertLive(t *testing.T) {
 			}
 			var play textcraftPlay
 			plan, err := PlanTextCraft(task, tb)
+			if mode == 2 {
+				plan, err = PlanTextCraftStepwise(task, tb)
+			}
 			if err != nil {
 				play.PlanError = err.Error()
 			}
@@ -68,19 +72,22 @@ func TestTextCraftExpertLive(t *testing.T) {
 				play.Steps = append(play.Steps, textcraftStep{Action: a, Observation: s.Observation, Won: s.Won})
 				if s.Won {
 					play.Won = true
-					won[withTags]++
+					won[mode]++
 					break
 				}
 			}
-			if withTags {
-				ep.Tagged = play
-			} else {
+			switch mode {
+			case 0:
 				ep.Plain = play
+			case 1:
+				ep.Tagged = play
+			default:
+				ep.Stepwise = &play
 			}
 		}
 		rec.Episodes = append(rec.Episodes, ep)
 	}
-	t.Logf("won %d of %d goals without the item-type table, %d with it", won[false], textcraftDataSize, won[true])
+	t.Logf("won %d of %d goals without the item-type table, %d with it, %d with it one craft at a time", won[0], textcraftDataSize, won[1], won[2])
 	if *updateRecordings {
 		b, _ := json.MarshalIndent(rec, "", " ")
 		if err := os.WriteFile(filepath.Join("testdata", "textcraft_expert.json"), b, 0o644); err != nil {

@@ -82,13 +82,25 @@ func (s TextCraftSim) New(opts envadapters.Options) (envadapters.Env, error) {
 	return &simEnv{limit: limit, depth: depth}, nil
 }
 
-// Expert is the planner over the task's first observation.
+// Expert is the planner over the task's first observation, one craft at
+// a time (PlanTextCraftStepwise): every count it writes is one on a
+// command's line, which a policy can copy — the first sim base, taught by
+// a planner that fetched all of an input at once ("get 36 …" for twelve
+// crafts of 3), did not learn.
 func (s TextCraftSim) Expert(env envadapters.Env) (envadapters.Expert, error) {
 	e, ok := env.(*simEnv)
 	if !ok || e.first == "" {
 		return nil, errors.New("textcraft-sim expert: the env is not this built-in's, or was not reset")
 	}
-	return NewTextCraftExpert(e.first, nil)
+	task, err := ParseTextCraft(e.first)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := PlanTextCraftStepwise(task, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &TextCraftExpert{plan: plan}, nil
 }
 
 // Prompting is the TextCraft flavor's.
@@ -288,11 +300,12 @@ const MaxSimPlan = 20
 // own command, down to a depth of 1..maxDepth crafts; then up to 8
 // distractor commands for other items, some from the same inputs; the
 // commands shuffled. Every item name is distinct, and the planner solves
-// it in at most MaxSimPlan actions (drawn again until it does).
+// it one craft at a time in at most MaxSimPlan actions (drawn again until
+// it does).
 func GenerateTextCraftTask(r *rand.Rand, maxDepth int) TextCraftTask {
 	for {
 		t := drawTextCraftTask(r, maxDepth)
-		if plan, err := PlanTextCraft(t, nil); err == nil && len(plan) <= MaxSimPlan {
+		if plan, err := PlanTextCraftStepwise(t, nil); err == nil && len(plan) <= MaxSimPlan {
 			return t
 		}
 	}

@@ -33,7 +33,11 @@ func TestTextCraftSimAnswersAsTheServer(t *testing.T) {
 				}
 			}
 		}
-		for _, play := range []textcraftPlay{ep.Plain, ep.Tagged} {
+		plays := []textcraftPlay{ep.Plain, ep.Tagged}
+		if ep.Stepwise != nil {
+			plays = append(plays, *ep.Stepwise)
+		}
+		for _, play := range plays {
 			accepted := !usesType
 			for _, s := range play.Steps {
 				accepted = accepted && !IsInvalid(TextCraft, s.Observation)
@@ -59,8 +63,11 @@ func TestTextCraftSimAnswersAsTheServer(t *testing.T) {
 		}
 	}
 	t.Logf("%d recorded plays answered alike; %d differ, each one refused somewhere or on a task with item types", same, differ)
-	if same < 880 { // 884 when written
-		t.Errorf("only %d of %d recorded plays answered alike", same, 2*len(rec.Episodes))
+	// The server draws each reset's distractor commands afresh, so how
+	// many plays avoid item types varies by recording: 884 of 1,088 in the
+	// first, 1,306 of 1,632 with the stepwise plays in the second.
+	if same < (same+differ)*3/4 {
+		t.Errorf("only %d of %d recorded plays answered alike", same, same+differ)
 	}
 	// Answers the recording lacks, in the server's words (environment.py).
 	e := &simEnv{limit: 100, depth: 3, task: TextCraftTask{Goal: "oak door", Recipes: []TextCraftRecipe{{Count: 3, Output: "oak door", Inputs: []TextCraftItem{{6, "oak planks"}}}, {Count: 4, Output: "oak planks", Inputs: []TextCraftItem{{1, "oak logs"}}}}}}
