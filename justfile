@@ -80,6 +80,10 @@ textcraft-expert URL="http://127.0.0.1:36001" *FLAGS:
     SEEDCTL_TEXTCRAFT_URL={{URL}} SEEDCTL_TEXTCRAFT_RECIPES="$(ls -d $PWD/.build/agentgym/src-*/agentenv-textcraft/agentenv_textcraft/recipes | head -1)" \
       go test -tags textcraft_live ./envadapters/agentgym -run TestTextCraftExpertLive -v -timeout 10m {{FLAGS}}
 
+# The BabyAI refusal probe on a running AgentGym agentenv-babyai server (docs/environments.md); -update rewrites envadapters/agentgym/testdata/babyai_refusals.json, which CI replays
+babyai-refusals URL="http://127.0.0.1:36003" *FLAGS:
+    SEEDCTL_BABYAI_URL={{URL}} go test -tags babyai_live ./envadapters/agentgym -run TestBabyAIRefusalsLive -v -timeout 5m {{FLAGS}}
+
 # The SciWorld refusal probe on a running AgentGym agentenv-sciworld server (docs/environments.md); -update rewrites envadapters/agentgym/testdata/sciworld_refusals.json, which CI replays
 sciworld-refusals URL="http://127.0.0.1:36002" *FLAGS:
     SEEDCTL_SCIWORLD_URL={{URL}} go test -tags sciworld_live ./envadapters/agentgym -run TestSciWorldRefusalsLive -v -timeout 5m {{FLAGS}}
@@ -102,11 +106,12 @@ lint:
     unformatted="$(gofmt -l $(git ls-files --cached --others --exclude-standard '*.go'))"
     if [[ -n "$unformatted" ]]; then echo "not gofmt-ed:"; echo "$unformatted"; exit 1; fi
     go vet ./...
-    # The tests behind build tags (real vLLM, SmolLM2, live TextCraft and SciWorld servers) compile here too.
+    # The tests behind build tags (real vLLM, SmolLM2, live TextCraft, SciWorld and BabyAI servers) compile here too.
     go vet -tags vllm ./cmd/seedctl
     go vet -tags smollm2 ./inference/server
     go vet -tags textcraft_live ./envadapters/agentgym
     go vet -tags sciworld_live ./envadapters/agentgym
+    go vet -tags babyai_live ./envadapters/agentgym
     go test -count=1 -run 'TestRepositoryFollowsArchitecture|TestCheck' ./internal/archtest/
 
 # Check this machine: libtorch, device, BLAS, matmul GFLOP/s, tools

@@ -152,10 +152,22 @@ func TestProbeRemoteEnv(t *testing.T) {
 	if _, err := ProbeRemoteEnv(context.Background(), c); err == nil || !strings.Contains(err.Error(), `"torch"`) {
 		t.Fatalf("goals file that disagrees: %v", err)
 	}
+	// BabyAI, recorded too (testdata/babyai_refusals.json): a BabyAI
+	// config at a SciWorld server fails, at a BabyAI server passes.
+	var baby struct {
+		Episodes []struct {
+			First string `json:"first_observation"`
+		} `json:"episodes"`
+	}
+	readJSON(t, filepath.Join("..", "envadapters", "agentgym", "testdata", "babyai_refusals.json"), &baby)
 	b := agentgymConfig(agentgym.BabyAI, splits).Env
 	b.URL = other.URL
-	if _, err := ProbeRemoteEnv(context.Background(), b); !errors.Is(err, agentgym.ErrNoFlavorMarks) {
-		t.Fatalf("babyai: %v", err)
+	if _, err := ProbeRemoteEnv(context.Background(), b); err == nil || !strings.Contains(err.Error(), "Your goal: ") || errors.Is(err, agentgym.ErrNoFlavorMarks) {
+		t.Fatalf("babyai at a sciworld server: %v", err)
+	}
+	b.URL = fakeFlavorServer(t, func(i int) string { return baby.Episodes[i%40].First }).URL
+	if _, err := ProbeRemoteEnv(context.Background(), b); err != nil {
+		t.Fatalf("babyai at a babyai server: %v", err)
 	}
 }
 

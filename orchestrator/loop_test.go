@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/seedctl/seedctl/inference"
-	"github.com/seedctl/seedctl/tokenizer"
+	"github.com/seedctl/seedctl/rollout/rollouttest"
 )
 
 // The in-memory loop harness: a fake learner whose "weights" are a count
@@ -52,20 +52,11 @@ func readFakeVersion(dir string) (int, error) {
 }
 
 // writeHarnessModel writes a checkpoint folder the loop can serve: a
-// byte-level BPE tokenizer with the Qwen2.5 chat template.
+// tokenizer with a chat template and no weights (rollouttest.WriteModel).
 func writeHarnessModel(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "base")
-	tc := tokenizer.DefaultTrainConfig()
-	tc.VocabSize = 400
-	corpus := []string{"Your task is to: put a clean mug in cabinet.", "go to cabinet 1", "take mug 1 from countertop 2",
-		"Places not searched yet: drawer 1, shelf 2.", "Admissible actions: look; inventory", `{"episode_summary": "x", "episode_skill": "y"}`}
-	tok, err := tokenizer.TrainBPE(corpus, tc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &tokenizer.Config{EOSToken: "<|im_end|>", PadToken: "<|endoftext|>", ChatTemplate: tokenizer.Qwen25ChatTemplate}
-	if err := tokenizer.Save(dir, tok, cfg); err != nil {
+	if err := rollouttest.WriteModel(dir); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -220,8 +211,7 @@ func (l *fakeLearner) Close() {}
 // folder published and answers from the prompt's text.
 type fakeServer struct {
 	mu        sync.Mutex
-	tok       *tokenizer.Tokenizer
-	eos       int
+	codec     *rollouttest.Codec
 	version   int
 	published []string
 	calls     int
@@ -235,16 +225,15 @@ var (
 )
 
 func (h *harness) openBackend(_ context.Context, dir string) (inference.Backend, error) {
-	tok, _, err := tokenizer.Load(dir)
+	codec, err := rollouttest.LoadCodec(dir)
 	if err != nil {
 		return nil, err
 	}
-	eos, _ := tok.TokenID("<|im_end|>")
 	v, err := readFakeVersion(dir)
 	if err != nil {
 		return nil, err
 	}
-	s := &fakeServer{tok: tok, eos: eos, version: v, published: []string{filepath.Base(dir)}}
+	s := &fakeServer{codec: codec, version: v, published: []string{filepath.Base(dir)}}
 	h.mu.Lock()
 	h.servers = append(h.servers, s)
 	h.mu.Unlock()
@@ -281,7 +270,7 @@ func (s *fakeServer) Generate(ctx context.Context, reqs []inference.GenRequest) 
 	}
 	out := make([]inference.GenResult, len(reqs))
 	for i, r := range reqs {
-		text, err := s.tok.Decode(r.Prompt, tokenizer.DecodeOptions{})
+		text, err := s.codec.Decode(r.Prompt)
 		if err != nil {
 			return nil, err
 		}
@@ -292,7 +281,7 @@ func (s *fakeServer) Generate(ctx context.Context, reqs []inference.GenRequest) 
 			s.analyses++
 		}
 		s.mu.Unlock()
-		ids, err := s.tok.Encode(s.reply(text, n))
+		ids, err := s.codec.Encode(s.reply(text, n))
 		if err != nil {
 			return nil, err
 		}
@@ -300,7 +289,7 @@ func (s *fakeServer) Generate(ctx context.Context, reqs []inference.GenRequest) 
 			ids = ids[:r.MaxTokens]
 			out[i].FinishReason = "length"
 		} else {
-			ids = append(ids, s.eos)
+			ids = append(ids, s.codec.EOS)
 			out[i].FinishReason = "stop"
 		}
 		lps := make([]float64, len(ids))

@@ -646,7 +646,14 @@ func TestInvalidActionsPerFlavorOnRecordings(t *testing.T) {
 		{ALFWorld, "You arrive at cabinet 1.", false},
 		{BabyAI, "The action is not recognized. Please check valid actions.", true},
 		{BabyAI, "In front of you in this room, you can see several objects", false},
-		{BabyAI, "You cannot pick up the wall.", true},
+		// BabyAI's refusals beyond testdata/babyai_refusals.json, in
+		// environment.py's words, and answers that only look alike.
+		{BabyAI, "You cannot pickup red ball 1, as there is no path leading to it.", true},
+		{BabyAI, "You cannot toggle and go through red door 1, as you are not carrying a key.", true},
+		{BabyAI, "You cannot go to goal, as there is no path leading to it.", true},
+		{BabyAI, "There is a barrier in front of you, you can't move forward.", true},
+		{BabyAI, "You cannot see any objects within sight.The room has walls around you.", false},
+		{BabyAI, "No change in state.", false},
 		// The real SciWorld server's refusals beyond the recordings
 		// ([textcraft] 5, DESIGN.md §6), and answers that only look alike.
 		{SciWorld, "The sink is not openable.", true},

@@ -246,7 +246,17 @@ var Flavors = map[string]FlavorInfo{
 		Intro: "You are an expert agent navigating a BabyAI grid world.",
 		Source: "agentenv-babyai plays level data_idx mod 40 (of 40) with seed data_idx div 40, " +
 			"with no train/test split: give env.splits",
-		Invalid:  []string{"The action is not recognized. Please check valid actions.", "No change in state.", "You cannot"},
+		// The server's refusals (environment.py's check_action_is_valid and
+		// its error_message table), recorded in
+		// testdata/babyai_refusals.json. Not "You cannot" alone: a view
+		// with nothing in sight begins "You cannot see any objects within
+		// sight."; not "No change in state.": a listed action with nothing
+		// to do answers that too (the empty action, refused with the same
+		// words, is invalid by its format already).
+		Invalid: []string{"The action is not recognized. Please check valid actions.", "There is a barrier in front of you, you can't move forward."},
+		InvalidPatterns: []*regexp.Regexp{
+			regexp.MustCompile(`^You cannot (pickup|drop|go through|toggle and go through|go to) `),
+		},
 		HasClose: true,
 		Actions:  "Actions: one of the available actions listed above, written exactly as listed.",
 	},
@@ -614,6 +624,7 @@ var flavorMarks = map[string][]string{
 	SciWorld:  {"This room is called the"},
 	WebShop:   {"Instruction:"},
 	TextCraft: {"Crafting commands:", "Goal: craft "},
+	BabyAI:    {"Your goal: ", "Available actions: ["},
 }
 
 // ErrNoFlavorMarks: seedctl holds no recording of the flavor to tell its
