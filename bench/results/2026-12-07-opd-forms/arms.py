@@ -3,7 +3,8 @@
 
     python3 arms.py [DIR]
 
-For each arm prefix (oofull, seedfull, oofull01, seedfull01) and seed s
+For each arm prefix (oofull, seedfull, oofull01, seedfull01, oocs1,
+oogated01, seedcsdef) and seed s
 with a finished run ARM-sS in DIR, beside grpo-def-sS in
 ../2026-12-07-seed-grpo-default: greedy and T = 1 eval_seen, base → final,
 ARM − GRPO per seed and its 95% t-interval over seeds, and each run's mean
@@ -22,6 +23,9 @@ ARMS = [
     ("seedfull", "the policy's own skills (stage 1 included), full form, λ = 1"),
     ("oofull01", "oracle-other advice as the skill, full form, λ = 0.1"),
     ("seedfull01", "the policy's own skills (stage 1 included), full form, λ = 0.1"),
+    ("oocs1", "oracle-other advice as the skill, the contrastive gap (signed, shuffled baseline), λ = 1"),
+    ("oogated01", "oracle-other advice as the skill, the paper's gated NLL, λ = 0.1"),
+    ("seedcsdef", "the policy's own skills (stage 1 included), the contrastive gap (signed, shuffled baseline), λ = 1"),
 ]
 
 
