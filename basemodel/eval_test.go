@@ -8,7 +8,6 @@ import (
 
 	"github.com/seedctl/seedctl/envadapters"
 	"github.com/seedctl/seedctl/envadapters/household"
-	"github.com/seedctl/seedctl/skills"
 )
 
 // TestOracleHintsFollowEnvOptions: the oracle's hint is about the expert
@@ -73,7 +72,7 @@ func TestTransferDonors(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if d.Split != envadapters.Train || d.Family != task.Family || skills.GoalObject(d.Goal) != skills.GoalObject(task.Goal) || skills.GoalObject(d.Goal) == "" {
+		if d.Split != envadapters.Train || d.Family != task.Family || household.GoalObject(d.Goal) != household.GoalObject(task.Goal) || household.GoalObject(d.Goal) == "" {
 			t.Fatalf("%s (%q) got donor %s (%q)", task.ID, task.Goal, d.ID, d.Goal)
 		}
 	}
@@ -83,8 +82,8 @@ func TestTransferDonors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, task := range unseen {
-		if _, ok := ud[task.ID]; ok && (skills.GoalObject(task.Goal) == "potato" || skills.GoalObject(task.Goal) == "watch") {
-			t.Errorf("%s about a held-out object type %q has a donor", task.ID, skills.GoalObject(task.Goal))
+		if _, ok := ud[task.ID]; ok && (household.GoalObject(task.Goal) == "potato" || household.GoalObject(task.Goal) == "watch") {
+			t.Errorf("%s about a held-out object type %q has a donor", task.ID, household.GoalObject(task.Goal))
 		}
 	}
 	place := regexp.MustCompile(`\b([a-z]+ \d+)\b`)

@@ -42,6 +42,14 @@ type Oracle interface {
 	Hindsight(ep Episode, candidates []int, k int) Hindsight
 }
 
+// TransferKeyer is a built-in whose tasks are grouped finer than by
+// family for transferable advice (skills.TransferIndex, the
+// oracle-other-skill teacher): tasks with the same key give each other
+// advice. Without it a task's key is its family.
+type TransferKeyer interface {
+	TransferKey(t Task) string
+}
+
 var (
 	oracleMu sync.RWMutex
 	oracles  = map[string]Oracle{}

@@ -3,11 +3,9 @@ package skills
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/seedctl/seedctl/envadapters"
-	"github.com/seedctl/seedctl/envadapters/household"
 )
 
 // donorScan is how many training tasks a TransferIndex looks through.
@@ -15,8 +13,9 @@ const donorScan = 2000
 
 // TransferIndex pairs tasks with transfer donors: for each task, the
 // first training task (of the first donorScan) other than itself of the
-// same family about the same kind of object — for household, the object
-// type its task line names; elsewhere the family alone. Advice about the
+// same key (the environment's envadapters.TransferKeyer: for household,
+// the family and the object type its goal names; elsewhere the family
+// alone). Advice about the
 // donor is advice a policy could have learnt from training: it names no
 // fact of the task at hand that the task's own text does not.
 type TransferIndex struct {
@@ -40,10 +39,10 @@ func NewTransferIndex(b envadapters.Builtin) (*TransferIndex, error) {
 }
 
 func (x *TransferIndex) key(t envadapters.Task) string {
-	if x.env.Name() != household.Name {
-		return t.Family
+	if k, ok := x.env.(envadapters.TransferKeyer); ok {
+		return k.TransferKey(t)
 	}
-	return t.Family + "/" + GoalObject(t.Goal)
+	return t.Family
 }
 
 // Donor is t's donor (false: none, as for household's eval_unseen object
@@ -71,24 +70,6 @@ func TransferDonors(b envadapters.Builtin, tasks []envadapters.Task) (map[string
 	}
 	return out, nil
 }
-
-// GoalObject is the household object type a task line names ("" if none).
-func GoalObject(goal string) string {
-	for _, w := range strings.Fields(strings.TrimSuffix(goal, ".")) {
-		if householdObjects[w] {
-			return w
-		}
-	}
-	return ""
-}
-
-var householdObjects = func() map[string]bool {
-	m := map[string]bool{}
-	for _, o := range household.ObjectTypes() {
-		m[o] = true
-	}
-	return m
-}()
 
 // TransferAnalyzer is the transferable teacher (ours): every trajectory of
 // a task gets the oracle's episode skill about the scripted expert

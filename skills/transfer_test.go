@@ -46,7 +46,7 @@ func TestTransferAnalyzerGivesTheDonorsSkill(t *testing.T) {
 			}
 			continue
 		}
-		if d.ID == task.ID || d.Split != envadapters.Train || d.Family != task.Family || GoalObject(d.Goal) != GoalObject(task.Goal) {
+		if d.ID == task.ID || d.Split != envadapters.Train || d.Family != task.Family || household.GoalObject(d.Goal) != household.GoalObject(task.Goal) {
 			t.Fatalf("%s (%q): donor %s (%q)", task.ID, task.Goal, d.ID, d.Goal)
 		}
 		want, err := ExpertSkill(ctx, b, d, opts)

@@ -53,6 +53,31 @@ func (builtin) Prompting() envadapters.Prompting {
 	}
 }
 
+// TransferKey groups tasks by family and the object type the goal names
+// (skills.TransferIndex): another task's advice about the same kind of
+// object in the same family transfers, about another object does not.
+func (builtin) TransferKey(t envadapters.Task) string {
+	return t.Family + "/" + GoalObject(t.Goal)
+}
+
+// GoalObject is the object type a task's goal names ("" if none).
+func GoalObject(goal string) string {
+	for _, w := range strings.Fields(strings.TrimSuffix(goal, ".")) {
+		if objectType[w] {
+			return w
+		}
+	}
+	return ""
+}
+
+var objectType = func() map[string]bool {
+	m := map[string]bool{}
+	for _, o := range ObjectTypes() {
+		m[o] = true
+	}
+	return m
+}()
+
 // GoesTo names the place a "go to PLACE" action goes to.
 func GoesTo(action string) (string, bool) {
 	p, ok := strings.CutPrefix(action, "go to ")
