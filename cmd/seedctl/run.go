@@ -129,42 +129,13 @@ func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "run",
 		Usage: "train with SEED (or a baseline): stage-1 skill SFT, then stage-2 iterations; with no flags, the embedded default on CPU",
-		Flags: []cli.Flag{
+		Flags: append(cliFlags(runConfigFlags),
 			&cli.StringFlag{Name: "config", Usage: "JSON run config (see configs/); default: the embedded default"},
 			&cli.StringFlag{Name: "resume", Usage: "continue the run in this directory from its last finished iteration"},
 			&cli.StringFlag{Name: "base-eval-from", Usage: "take the base evaluation from this finished run's folder when it was measured under the same protocol (model, environment, prompts, eval seed), instead of playing it again; otherwise it is played"},
 			&cli.StringSliceFlag{Name: "accept-config-change", Usage: "with --resume: continue although config.json changed since the run started, naming exactly the changed keys (dotted, comma-separated, e.g. rl.lr,iterations); state.json records the change"},
-			&cli.StringFlag{Name: "algo", Usage: "seed, grpo, static-skill, random-skill, seed-no-sft, privileged-skill or oracle-other-skill"},
 			&cli.StringFlag{Name: "name", Usage: "run name (folder under runs_dir)"},
-			&cli.StringFlag{Name: "runs-dir", Usage: "where run folders go"},
 			&cli.StringFlag{Name: "model", Usage: "base policy checkpoint (default: the committed tiny household model)"},
-			&cli.IntFlag{Name: "iterations", Usage: "stage-2 iterations"},
-			&cli.IntFlag{Name: "tasks", Usage: "tasks per iteration (B)"},
-			&cli.IntFlag{Name: "group", Usage: "trajectories per task (G)"},
-			&cli.Float64Flag{Name: "data-share", Usage: "share of the training set used, in (0, 1]: of --train-tasks when set, else of the whole train split (where a short run rarely repeats a task)"},
-			&cli.IntFlag{Name: "train-tasks", Usage: "the training set: this many tasks of the seeded shuffle of the train split (0: all of it); bench sets it to what a full run consumes, iterations × tasks"},
-			&cli.Int64Flag{Name: "seed"},
-			&cli.IntFlag{Name: "eval-episodes", Usage: "tasks per eval split"},
-			&cli.IntFlag{Name: "eval-every", Usage: "evaluate every this many iterations too (0: at the start and the end only)"},
-			&cli.IntFlag{Name: "plateau-patience", Usage: "stop when eval-seen success has not beaten its best for this many evaluations (with --eval-every; --iterations is then the most it runs)"},
-			&cli.IntFlag{Name: "stage1-episodes", Usage: "trajectories analyzed for stage 1"},
-			&cli.IntFlag{Name: "stage1-held-out", Usage: "keep at least this many stage-1 trajectories (whole groups) out of its fine-tuning and measure on them, before and after, the analyzer's skill NLL and the share of the policy's own analyses that parse (stage1.held_out)"},
-			&cli.Float64Flag{Name: "lr", Usage: "stage-2 learning rate"},
-			&cli.Float64Flag{Name: "lambda", Usage: "λ, the weight of the gated distillation loss (paper: 0.01)"},
-			&cli.Float64Flag{Name: "beta", Usage: "β of the gate σ(β·Δ) (paper: 5)"},
-			&cli.StringFlag{Name: "distill-baseline", Usage: "what the teacher's log-prob is compared with: the policy's own (default, the paper's) or shuffled (ours: another task's skill in the same places, the contrastive gap)"},
-			&cli.StringFlag{Name: "distill-form", Usage: "the distillation term: gated_nll (the paper's, default), signed (ours: the teacher's clipped shift as a per-token reward, pushing rejected tokens down) or full (on-policy distillation: the exact per-token reverse KL to the teacher's distribution)"},
-			&cli.IntFlag{Name: "distill-topk", Usage: "with --distill-form full: keep the teacher's k most probable tokens per position and the rest as one tail bucket (0: the whole vocabulary)"},
-			&cli.Float64Flag{Name: "pg-coef", Usage: "weight of the GRPO policy-gradient term (1; 0: distillation alone)"},
-			&cli.Float64Flag{Name: "jsd-beta", Usage: "with --distill-form full: TRL's GKD beta, 1 the reverse KL (default), 0 the forward KL, between them the generalized Jensen-Shannon divergence"},
-			&cli.StringFlag{Name: "teacher-model", Usage: "checkpoint of a frozen distillation teacher (same tokenizer); default: the current policy scores its own teacher contexts (the paper's)"},
-			&cli.StringFlag{Name: "teacher-context", Usage: "what the teacher reads: skill (the context with the trajectory's skill, default) or plain (standard on-policy distillation from --teacher-model; algo seed-no-sft)"},
-			&cli.IntFlag{Name: "term-grads-every", Usage: "split the update's gradient by loss term (GRPO, distillation, KL, entropy: norms, shares, cosines in metrics.jsonl) every this many optimizer steps; one extra backward pass per term on those steps (0: off)"},
-			&cli.IntFlag{Name: "max-steps", Usage: "episode step limit (training and eval)"},
-			&cli.StringFlag{Name: "invalid", Usage: "what makes a step invalid: format (the reply lacks its action tag or holds CJK characters: the public code's) or env (also actions the environment rejects)"},
-			&cli.Float64Flag{Name: "invalid-penalty", Usage: "reward taken off per invalid step (the public code: 0.1 against a success reward of 10)"},
-			&cli.Float64Flag{Name: "rejected-cost", Usage: "taken off the normalised advantage of every step the environment rejected (ours; 0: none, as the public code)"},
-			&cli.Float64Flag{Name: "eval-sampled-temperature", Usage: "also play eval_seen sampled at this temperature beside the greedy eval (0: not)"},
 			&cli.StringFlag{Name: "update", Usage: "stage-2 update: public (the public SEED code's: the default's without GiGPO's step-level term) or legacy (seedctl's before it: trajectory returns, one step per iteration; to compare)"},
 			envOptFlag(),
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "trainer device: cpu or cuda"},
@@ -175,7 +146,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "master-addr", Usage: "with --world-size: this host's address as the other hosts reach it (c10d's rendezvous)"},
 			&cli.IntFlag{Name: "master-port", Usage: "with --world-size: c10d's rendezvous port on this host (default 29500; one host's ranks meet in a private file store and open no port)"},
 			&cli.DurationFlag{Name: "dist-timeout", Value: learner.DefaultDistTimeout, Usage: "bound on the rendezvous, waiting for other hosts' ranks, and every collective: a dead rank stops the run after it"},
-		},
+		),
 		Action: func(c *cli.Context) error {
 			log := logger(c)
 			dist := learner.DistOptions{Device: c.String("device"), NProc: c.Int("nproc"), World: c.Int("world-size"), Listen: c.String("listen"),
@@ -248,97 +219,13 @@ func applyRunFlags(c *cli.Context, cfg *orchestrator.Config) error {
 	if err := addEnvOptFlags(c, &cfg.Env.Options); err != nil {
 		return err
 	}
-	if v := c.String("algo"); v != "" {
-		cfg.Algo = v
+	if err := applyConfigFlags(c, runConfigFlags, cfg); err != nil {
+		return err
 	}
 	if v := c.String("name"); v != "" {
 		cfg.Name = v
 	} else if c.String("config") == "" {
 		cfg.Name = fmt.Sprintf("%s-%s-%s", cfg.Env.Name, cfg.Algo, time.Now().Format("20060102-150405"))
-	}
-	if v := c.String("runs-dir"); v != "" {
-		cfg.RunsDir = v
-	}
-	if v := c.Int("iterations"); c.IsSet("iterations") {
-		cfg.Iterations = v
-	}
-	if v := c.Int("tasks"); c.IsSet("tasks") {
-		cfg.TasksPerIteration = v
-	}
-	if v := c.Int("group"); c.IsSet("group") {
-		cfg.Rollout.GroupSize = v
-	}
-	if v := c.Float64("data-share"); c.IsSet("data-share") {
-		cfg.DataShare = v
-	}
-	if v := c.Int("train-tasks"); c.IsSet("train-tasks") {
-		cfg.TrainTasks = v
-	}
-	if c.IsSet("seed") {
-		cfg.Seed = c.Int64("seed")
-	}
-	if c.IsSet("eval-every") {
-		cfg.Eval.Every = c.Int("eval-every")
-	}
-	if c.IsSet("plateau-patience") {
-		cfg.Eval.PlateauPatience = c.Int("plateau-patience")
-	}
-	if c.IsSet("eval-episodes") {
-		cfg.Eval.Episodes = c.Int("eval-episodes")
-	}
-	if v := c.Int("stage1-episodes"); c.IsSet("stage1-episodes") {
-		cfg.Stage1.Episodes = v
-	}
-	if v := c.Int("stage1-held-out"); c.IsSet("stage1-held-out") {
-		cfg.Stage1.HeldOut = v
-	}
-	if v := c.Float64("lr"); c.IsSet("lr") {
-		cfg.RL.LR = v
-	}
-	if v := c.Float64("lambda"); c.IsSet("lambda") {
-		cfg.RL.Lambda = v
-	}
-	if v := c.Float64("beta"); c.IsSet("beta") {
-		cfg.RL.Beta = v
-	}
-	if v := c.String("distill-form"); v != "" {
-		cfg.RL.DistillForm = v
-	}
-	if v := c.String("distill-baseline"); v != "" {
-		cfg.RL.DistillBaseline = v
-	}
-	if c.IsSet("distill-topk") {
-		cfg.RL.DistillTopK = c.Int("distill-topk")
-	}
-	if c.IsSet("jsd-beta") {
-		cfg.RL.JSDBeta = c.Float64("jsd-beta")
-	}
-	if c.IsSet("pg-coef") {
-		cfg.RL.PGCoef = c.Float64("pg-coef")
-	}
-	if v := c.String("teacher-model"); v != "" {
-		cfg.RL.TeacherModel = v
-	}
-	if v := c.String("teacher-context"); v != "" {
-		cfg.RL.TeacherContext = v
-	}
-	if c.IsSet("term-grads-every") {
-		cfg.RL.TermGradsEvery = c.Int("term-grads-every")
-	}
-	if v := c.Int("max-steps"); c.IsSet("max-steps") {
-		cfg.Env.MaxSteps = v
-	}
-	if v := c.String("invalid"); v != "" {
-		cfg.Rollout.Invalid = v
-	}
-	if c.IsSet("invalid-penalty") {
-		cfg.Rollout.InvalidPenalty = c.Float64("invalid-penalty")
-	}
-	if c.IsSet("rejected-cost") {
-		cfg.RL.RejectedCost = c.Float64("rejected-cost")
-	}
-	if c.IsSet("eval-sampled-temperature") {
-		cfg.Eval.SampledTemperature = c.Float64("eval-sampled-temperature")
 	}
 	if v := c.String("update"); v != "" {
 		if err := cfg.UseUpdate(v); err != nil {
