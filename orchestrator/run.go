@@ -381,7 +381,7 @@ func (r *run) releaseServer(ctx context.Context, before string) error {
 }
 
 // probeText is what verifyServed scores: any text the tokenizer encodes.
-const probeText = "You are in the middle of a room. Your task is to: put a clean mug in cabinet. You arrive at cabinet 1. The cabinet 1 is closed."
+const probeText = "Your task is to: check that the server answers with the trained weights. Step 1: look around; 2 items, 3 places, one goal."
 
 // verifyServed checks that every server serves the learner's current
 // weights (BackendConfig.VerifyTolerance): the served log-probs of a probe
