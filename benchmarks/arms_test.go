@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/seedctl/seedctl/orchestrator"
 )
 
 func TestTInterval(t *testing.T) {
@@ -61,5 +63,21 @@ func TestArmsMarkdown(t *testing.T) {
 	}
 	if _, err := LoadArm("twice", []string{filepath.Join("testdata", "arms", "e7-grpo-fmt01-s1"), filepath.Join("testdata", "arms", "e7-seed-fmt01-s1")}); err == nil || !strings.Contains(err.Error(), "seed 1") {
 		t.Errorf("two runs of one seed in an arm: %v", err)
+	}
+}
+
+// Every metric the benchmark tables read is one the runs write
+// (orchestrator.MetricKeys): a renamed or misspelt key fails here instead
+// of showing as a column of zeros.
+func TestTablesReadCataloguedMetrics(t *testing.T) {
+	keys := append([]string{"first_action_agreement", "success"}, diagKeys...)
+	keys = append(keys, costKeys...)
+	for _, in := range armInstruments {
+		keys = append(keys, in.key)
+	}
+	for _, k := range keys {
+		if !orchestrator.IsMetricKey(k) {
+			t.Errorf("the tables read %q, which no run writes (orchestrator.MetricKeys)", k)
+		}
 	}
 }

@@ -200,7 +200,7 @@ func Summarize(outs []Outcome) Figures {
 			continue
 		}
 		for _, l := range iters {
-			for _, k := range []string{"rollout_s", "analysis_s", "rescore_s", "update_s", "publish_s", "iteration_s", "analysis_tokens"} {
+			for _, k := range costKeys {
 				put(cost, o.Algo, k, l.Values[k])
 			}
 		}
@@ -322,6 +322,10 @@ func sweepRows(spec Spec, outs []Outcome) []SweepRow {
 	})
 	return rows
 }
+
+// costKeys are the per-iteration times and token counts the cost table
+// averages.
+var costKeys = []string{"rollout_s", "analysis_s", "rescore_s", "update_s", "publish_s", "iteration_s", "analysis_tokens"}
 
 // diagKeys are the per-iteration metrics T6 averages: how many trajectories
 // got a usable skill, whether the analyzer's answers parsed, and how the

@@ -162,7 +162,7 @@ func (l *fakeLearner) Step(ctx context.Context, rows []Row, lr float64) (StepSta
 			l.distilled++
 		}
 	}
-	return StepStats{"loss": 0.1, "pg_loss": 0.1, "grad_norm": 1}, nil
+	return StepStats{"loss": 0.1, "grpo_loss": 0.1, "grad_norm": 1}, nil
 }
 
 func (l *fakeLearner) SFT(_ context.Context, data []SFTExample, _ SFTOptions, progress func(step, steps int, loss float64)) error {
