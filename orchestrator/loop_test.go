@@ -73,6 +73,7 @@ type fakeLearner struct {
 	rows      int
 	sftRows   int
 	distilled int // rows that carried teacher log-probs
+	onSFT     func()
 }
 
 func (h *harness) newLearner(spec LearnerSpec) (Learner, error) {
@@ -84,7 +85,7 @@ func (h *harness) newLearner(spec LearnerSpec) (Learner, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &fakeLearner{base: h.model, version: v, ref: ref}
+	l := &fakeLearner{base: h.model, version: v, ref: ref, onSFT: h.onSFT}
 	h.mu.Lock()
 	h.learners = append(h.learners, l)
 	h.mu.Unlock()
@@ -165,7 +166,13 @@ func (l *fakeLearner) Step(ctx context.Context, rows []Row, lr float64) (StepSta
 	return StepStats{"loss": 0.1, "grpo_loss": 0.1, "grad_norm": 1}, nil
 }
 
-func (l *fakeLearner) SFT(_ context.Context, data []SFTExample, _ SFTOptions, progress func(step, steps int, loss float64)) error {
+func (l *fakeLearner) SFT(ctx context.Context, data []SFTExample, _ SFTOptions, progress func(step, steps int, loss float64)) error {
+	if l.onSFT != nil {
+		l.onSFT()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if len(data) == 0 {
 		return errors.New("no SFT examples")
 	}
@@ -339,6 +346,7 @@ type harness struct {
 	learners []*fakeLearner
 	servers  []*fakeServer
 	phases   []string
+	onSFT    func() // called as a learner's SFT starts
 }
 
 func newHarness(t testing.TB) *harness { return &harness{model: writeHarnessModel(t)} }
@@ -523,5 +531,55 @@ func TestLoopAlgorithms(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Killed in stage 1's fine-tuning, the run resumes into stage 1 again
+// (nothing of it was kept) and ends as an uninterrupted run does.
+func TestLoopResumesAKilledStage1(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.config(t, AlgoSEED)
+	ctx, cancel := context.WithCancel(context.Background())
+	h.onSFT = cancel
+	if _, err := Start(ctx, cfg, h.deps()); err == nil {
+		t.Fatal("the run killed in stage 1 finished")
+	}
+	dir := filepath.Join(cfg.RunsDir, cfg.Name)
+	mid, err := readState(runDir(dir))
+	if err != nil || mid.Stage1Done || mid.Iteration != 0 || mid.BaseEval == nil {
+		t.Fatalf("after the kill: stage 1 done %v, iteration %d, base eval %v, %v", mid.Stage1Done, mid.Iteration, mid.BaseEval != nil, err)
+	}
+	h.onSFT = nil
+	res, err := Resume(context.Background(), dir, h.deps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.State.Done || !res.State.Stage1Done || res.State.Iteration != 2 {
+		t.Fatalf("resumed: done %v, stage 1 %v, iteration %d", res.State.Done, res.State.Stage1Done, res.State.Iteration)
+	}
+	lines, _ := ReadMetrics(filepath.Join(dir, "metrics.jsonl"))
+	kinds := map[string]int{}
+	for _, l := range lines {
+		kinds[l.Kind]++
+	}
+	if kinds["stage1"] != 1 || kinds["iteration"] != 2 {
+		t.Errorf("metrics after the resume: %v (one stage-1 line, two iterations)", kinds)
+	}
+}
+
+// With an evaluation every iteration and a patience of 1, a run whose
+// eval-seen success does not beat its best stops early, says why, and
+// takes its last evaluation as the final one.
+func TestLoopStopsAtAPlateau(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.config(t, AlgoGRPO)
+	cfg.Iterations, cfg.Eval.Every, cfg.Eval.PlateauPatience = 6, 1, 1
+	res, err := Start(context.Background(), cfg, h.deps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := res.State
+	if !st.Done || st.Stopped == "" || st.Iteration >= 6 || st.FinalEval == nil || st.FinalEval.Iteration != st.Iteration {
+		t.Fatalf("done %v, stopped %q after %d of 6, final eval %+v", st.Done, st.Stopped, st.Iteration, st.FinalEval)
 	}
 }
