@@ -731,3 +731,26 @@ func TestParseMinWordsAndPartialAnswers(t *testing.T) {
 		t.Fatalf("record %+v", recs[0])
 	}
 }
+
+// Parse never panics and, when it finds a skill, keeps only candidates'
+// step skills, at most K.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{`{"episode_summary": "x", "episode_skill": "Open the drawers before the shelves.", "step_skills": {"2": "Open it now, first of all."}}`,
+		"```json\n{'episode_skill': 'Take the mug first, then go.', 'step_skills': {2: 'x y z w v',},}\n```", `{'a': [1, 2.5e3, -4, True, None, "x\u00e9"], 'b': (1,)}`, `{"a": "unterminated`, `{{{{`, `{'a': 'b' 'c'}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, answer string) {
+		sk, err := Parse(answer, ParseOptions{Candidates: []int{2, 5}, MaxStep: 1})
+		if err != nil {
+			return
+		}
+		if len(sk.StepSkills) > 1 {
+			t.Fatalf("%d step skills with K 1", len(sk.StepSkills))
+		}
+		for k := range sk.StepSkills {
+			if k != 2 && k != 5 {
+				t.Fatalf("step skill for non-candidate %d", k)
+			}
+		}
+	})
+}
