@@ -1143,11 +1143,16 @@ func (c Config) Recipe() []string {
 		add("skill mode %s, critical steps %s%s (K %d)", c.SkillMode, c.CriticalSteps, src(c.CriticalSteps == CriticalLLM, "public code"), c.MaxStepSkills)
 	}
 	if c.UsesSelfAnalysis() {
-		add("self-analysis: greedy, up to %d tokens%s, %s, skills of %s%s; answers read as the public parser reads them (fences, trailing commas, Python-literal dicts) (public code)",
-			c.AnalysisTokens, src(c.AnalysisTokens == 4096, "public launchers"),
-			map[bool]string{true: "one repair round for an answer without a usable skill (the public hosted-analyzer path's retry)", false: "no repair round" + src(true, "public launchers' policy_vllm")}[c.AnalysisRepair],
-			map[bool]string{true: "any length", false: fmt.Sprintf("%d words or more", c.analysisMinWords())}[c.analysisMinWords() <= 1],
-			map[bool]string{true: " (public launchers' policy_vllm)", false: " (public hosted-analyzer path)"}[c.analysisMinWords() <= 1])
+		repair := "no repair round (public launchers' policy_vllm)"
+		if c.AnalysisRepair {
+			repair = "one repair round for an answer without a usable skill (the public hosted-analyzer path's retry)"
+		}
+		length := fmt.Sprintf("skills of %d words or more (public hosted-analyzer path)", c.analysisMinWords())
+		if c.analysisMinWords() <= 1 {
+			length = "skills of any length (public launchers' policy_vllm)"
+		}
+		add("self-analysis: greedy, up to %d tokens%s, %s, %s; answers read as the public parser reads them (fences, trailing commas, Python-literal dicts) (public code)",
+			c.AnalysisTokens, src(c.AnalysisTokens == 4096, "public launchers"), repair, length)
 	}
 	if c.UsesSFT() {
 		add("stage 1: %d trajectories, targets %s%s, %g epochs, lr %g%s, examples up to %d tokens, acting replay %g per skill example%s, analyzer %s",

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/seedctl/seedctl/envadapters"
+	"github.com/seedctl/seedctl/envadapters/household"
 	"github.com/seedctl/seedctl/envadapters/internal/httpretry"
 )
 
@@ -165,15 +166,6 @@ type FlavorInfo struct {
 	Place func(action string) (string, bool)
 }
 
-// alfworldGoesTo names the place of ALFWorld's "go to PLACE".
-func alfworldGoesTo(action string) (string, bool) {
-	p, ok := strings.CutPrefix(action, "go to ")
-	if !ok || p == "" {
-		return "", false
-	}
-	return p, true
-}
-
 // Prompting is how a flavor's turns are put to the policy: tagged actions,
 // the server's action list where it sends one, and the flavor's action
 // grammar in the request where it does not.
@@ -198,7 +190,7 @@ var Flavors = map[string]FlavorInfo{
 			"ALFWorld's valid_seen (140) and valid_unseen (134) are not served by it: eval_unseen is empty",
 		Invalid: []string{"Nothing happens."},
 		Intro:   "You are an expert agent acting in the ALFRED embodied household environment.",
-		Place:   alfworldGoesTo,
+		Place:   household.GoesTo, // ALFWorld's "go to PLACE", as the household stand-in's
 	},
 	WebShop: {
 		Intro:    "You are an expert autonomous agent shopping in the WebShop e-commerce environment.",

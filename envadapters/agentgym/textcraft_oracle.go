@@ -29,15 +29,20 @@ type TextCraftExpert struct {
 // NewTextCraftExpert plans the episode whose reset showed firstObs; tags
 // (nil: read types off the names) is the server's item-type table.
 func NewTextCraftExpert(firstObs string, tags TextCraftTags) (*TextCraftExpert, error) {
+	return newTextCraftExpert(firstObs, tags, PlanTextCraft)
+}
+
+// newTextCraftExpert plans firstObs's episode with plan.
+func newTextCraftExpert(firstObs string, tags TextCraftTags, plan func(TextCraftTask, TextCraftTags) ([]string, error)) (*TextCraftExpert, error) {
 	task, err := ParseTextCraft(firstObs)
 	if err != nil {
 		return nil, err
 	}
-	plan, err := PlanTextCraft(task, tags)
+	actions, err := plan(task, tags)
 	if err != nil {
 		return nil, err
 	}
-	return &TextCraftExpert{plan: plan}, nil
+	return &TextCraftExpert{plan: actions}, nil
 }
 
 // Act is the plan's next action; past its end (a plan that did not craft

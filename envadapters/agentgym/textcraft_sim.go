@@ -92,15 +92,7 @@ func (s TextCraftSim) Expert(env envadapters.Env) (envadapters.Expert, error) {
 	if !ok || e.first == "" {
 		return nil, errors.New("textcraft-sim expert: the env is not this built-in's, or was not reset")
 	}
-	task, err := ParseTextCraft(e.first)
-	if err != nil {
-		return nil, err
-	}
-	plan, err := PlanTextCraftStepwise(task, nil)
-	if err != nil {
-		return nil, err
-	}
-	return &TextCraftExpert{plan: plan}, nil
+	return newTextCraftExpert(e.first, nil, PlanTextCraftStepwise)
 }
 
 // Prompting is the TextCraft flavor's.
